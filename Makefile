@@ -1,0 +1,32 @@
+GO ?= go
+
+.PHONY: test vet bench model mutants tidy-check
+
+# test: what CI runs (.ci/run). Vet and format first, then every test under -race.
+test: vet
+	$(GO) test -race -count=1 -shuffle=on ./...
+
+vet:
+	@unformatted=$$(gofmt -l . | grep -v '^testdata/'); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+# bench: every store beside its floor, with storage round trips per operation.
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./...
+
+# model: the rapid model test with more checks than `make test` runs.
+model:
+	$(GO) test -count=1 -run='^TestModel' -rapid.checks=1000 .
+
+# mutants: the model test must catch every deliberately broken variant of decide.
+MUTANTS = early keep_epoch drop_unclean
+mutants:
+	@for m in $(MUTANTS); do \
+		if LEASE_MUTANT=$$m $(GO) test -tags lease_mutants -count=1 -run='^TestModel' . >/dev/null 2>&1; then \
+			echo "mutant $$m survived: the model test did not catch it"; exit 1; \
+		else echo "mutant $$m caught"; fi; \
+	done
+
+tidy-check:
+	$(GO) mod tidy && git diff --exit-code go.mod go.sum

@@ -1,0 +1,64 @@
+package lease
+
+import (
+	"math"
+	"time"
+)
+
+// acquireInput is everything R4 looks at to decide an acquire.
+type acquireInput struct {
+	Stored  *Record // the stored record; nil when none was ever written
+	Mine    bool    // this instance holds Stored's owner and epoch in its table (R4c/d)
+	Expired bool    // Stored's holder is past its time: expired(Stored.ExpiresAt, now) for documents, "flock free" for the local store
+	Owner   string  // this store's owner
+	Expires time.Time
+}
+
+// acquireOutcome is decide's answer: reuse the held grant, write Next, or fail.
+type acquireOutcome struct {
+	Reuse bool  // R4c: return the grant this instance already holds, write nothing
+	Next  Grant // the grant to write and return when !Reuse and Err == nil
+	Err   error // *HeldError or ErrEpochExhausted
+}
+
+// decide applies R2 and R4: the one rule every store uses to decide an
+// acquire. It does no I/O.
+func decide(in acquireInput) acquireOutcome {
+	rec := in.Stored
+	if rec == nil { // R4a
+		return acquireOutcome{Next: Grant{Owner: in.Owner, Epoch: 1, ExpiresAt: in.Expires}}
+	}
+	unclean := false
+	switch {
+	case rec.Released: // R4b
+	case in.Mine && !in.Expired: // R4c
+		return acquireOutcome{Reuse: true}
+	case in.Mine: // R4d: our own lease ran out; nobody else was harmed
+	case !in.Expired: // R4e
+		return acquireOutcome{Err: heldBy(*rec)}
+	default: // R4f: the holder died or stalled without releasing
+		unclean = mutant != mutantDropUnclean
+	}
+	if rec.Epoch == math.MaxUint64 {
+		return acquireOutcome{Err: ErrEpochExhausted}
+	}
+	next := rec.Epoch + 1
+	if mutant == mutantKeepEpoch {
+		next = rec.Epoch
+	}
+	return acquireOutcome{Next: Grant{Owner: in.Owner, Epoch: next, ExpiresAt: in.Expires, PreviousUnclean: unclean}}
+}
+
+// expired reports whether a lease that ends at exp is over at now (R4, R6):
+// the end instant itself belongs to the next holder.
+func expired(exp, now time.Time) bool {
+	if mutant == mutantEarly {
+		now = now.Add(time.Millisecond)
+	}
+	return !now.Before(exp)
+}
+
+// live reports whether rec names a holder that may still be working at now.
+func live(rec Record, now time.Time) bool {
+	return !rec.Released && !expired(rec.ExpiresAt, now)
+}

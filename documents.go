@@ -1,0 +1,377 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// DocumentStore is a Store over a compare-and-swap Driver. Each instance is
+// one owner; it keeps a table of the grants it holds, so that Renew and
+// Release cost one conditional write and Acquire at most a read and a write.
+// It is safe for concurrent use; calls on one key are serialised.
+type DocumentStore struct {
+	d     Driver
+	cfg   config
+	locks keyLocks
+
+	mu      sync.Mutex // guards the three fields below
+	held    map[string]heldGrant    // grants this instance holds, by key
+	pending map[string]pendingWrite // writes whose outcome is still unknown (R9), by key
+	closed  bool
+}
+
+// heldGrant is a grant this instance holds and the record version it wrote.
+type heldGrant struct {
+	grant   Grant
+	version uint64
+}
+
+// pendingWrite is a write whose outcome neither Put nor a re-read settled.
+// The next read of its key settles it before anything else happens, so that
+// a retried Acquire finds its own earlier write instead of taking it for
+// another holder's.
+type pendingWrite struct {
+	want  Record       // what the write would have stored
+	grant Grant        // the grant it would have granted (or released)
+	pre   Precondition // the state it was written against
+}
+
+// maxAcquireAttempts bounds how often Acquire re-reads after losing a
+// compare-and-swap to a record that then stopped being live.
+const maxAcquireAttempts = 4
+
+// NewDocumentStore returns a store over d. The store does not close d: the
+// caller may share one driver among several stores and closes it itself.
+func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
+	if d == nil {
+		return nil, errors.New("lease: NewDocumentStore given a nil driver")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &DocumentStore{
+		d:       d,
+		cfg:     cfg,
+		held:    make(map[string]heldGrant),
+		pending: make(map[string]pendingWrite),
+	}, nil
+}
+
+// closeDriver makes the store close its driver on Close; Open uses it.
+func closeDriver() Option { return func(c *config) { c.ownsDriver = true } }
+
+// Owner returns the owner id this store writes into records.
+func (s *DocumentStore) Owner() string { return s.cfg.owner }
+
+// Acquire takes key (R4). A loser of a race re-reads and returns a
+// *HeldError naming the winner (R5).
+func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) {
+	unlock, err := s.begin(ctx, key)
+	if err != nil {
+		return Grant{}, err
+	}
+	defer unlock()
+	for range maxAcquireAttempts {
+		rec, version, err := s.read(ctx, "acquire", key)
+		if err != nil {
+			return Grant{}, err
+		}
+		now := s.cfg.now()
+		mine, isMine := s.heldAt(key, rec)
+		out := decide(acquireInput{
+			Stored:  rec,
+			Mine:    isMine,
+			Expired: rec != nil && expired(rec.ExpiresAt, now),
+			Owner:   s.cfg.owner,
+			Expires: s.expiry(now),
+		})
+		switch {
+		case out.Err != nil:
+			return Grant{}, out.Err
+		case out.Reuse:
+			return mine.grant, nil
+		}
+		g := out.Next
+		g.Key = key
+		pre := Precondition{Absent: rec == nil, Version: version}
+		switch err := s.write(ctx, "acquire", g, false, pre); {
+		case err == nil:
+			if g.PreviousUnclean {
+				s.cfg.logger.Info("lease: took over from a holder that did not release",
+					"key", key, "previous_owner", rec.Owner, "epoch", g.Epoch)
+			}
+			return g, nil
+		case errors.Is(err, errSuperseded), errors.Is(err, ErrConflict):
+			continue // someone else wrote first: re-read and decide again
+		default:
+			return Grant{}, err
+		}
+	}
+	return Grant{}, &StorageError{Op: "acquire", Key: key, Err: ErrConflict}
+}
+
+// Renew extends g to now + TTL, keeping its epoch (R6). It costs one
+// conditional write when this instance holds g.
+func (s *DocumentStore) Renew(ctx context.Context, g Grant) (Grant, error) {
+	unlock, err := s.begin(ctx, g.Key)
+	if err != nil {
+		return Grant{}, err
+	}
+	defer unlock()
+	h, err := s.holding(ctx, "renew", g, true)
+	if err != nil {
+		return Grant{}, err
+	}
+	now := s.cfg.now()
+	if expired(h.grant.ExpiresAt, now) {
+		return Grant{}, lost(g.Key, g.Epoch)
+	}
+	next := h.grant
+	next.ExpiresAt = s.expiry(now)
+	if err := s.write(ctx, "renew", next, false, Precondition{Version: h.version}); err != nil {
+		return Grant{}, s.lostOr(g, err)
+	}
+	return next, nil
+}
+
+// Release marks g's record released, keeping its epoch (R7). It costs one
+// conditional write when this instance holds g. If the write fails, the
+// store keeps the grant and the caller may retry.
+func (s *DocumentStore) Release(ctx context.Context, g Grant) error {
+	unlock, err := s.begin(ctx, g.Key)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	h, err := s.holding(ctx, "release", g, false)
+	if err != nil {
+		return err
+	}
+	if err := s.write(ctx, "release", h.grant, true, Precondition{Version: h.version}); err != nil {
+		return s.lostOr(g, err)
+	}
+	return nil
+}
+
+// Holder returns the record of key's live holder, or ErrNotFound when the
+// key is free: never written, released, or expired at the store's clock.
+func (s *DocumentStore) Holder(ctx context.Context, key string) (Record, error) {
+	unlock, err := s.begin(ctx, key)
+	if err != nil {
+		return Record{}, err
+	}
+	defer unlock()
+	rec, _, err := s.read(ctx, "holder", key)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec == nil || !live(*rec, s.cfg.now()) {
+		return Record{}, ErrNotFound
+	}
+	return *rec, nil
+}
+
+// Close makes later calls fail with ErrClosed. It closes the driver only
+// if the store was made by Open. Grants still held stay in storage until
+// they expire, as if the process had crashed.
+func (s *DocumentStore) Close() error {
+	s.mu.Lock()
+	already := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if already || !s.cfg.ownsDriver {
+		return nil
+	}
+	return s.d.Close()
+}
+
+// begin checks a call's arguments and state, then takes key's lock.
+func (s *DocumentStore) begin(ctx context.Context, key string) (unlock func(), err error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	return s.locks.lock(ctx, key)
+}
+
+// expiry is when a grant made at now ends. Records keep milliseconds, so
+// the grant does too: the one returned equals the one stored.
+func (s *DocumentStore) expiry(now time.Time) time.Time {
+	return now.Add(s.cfg.ttl).Truncate(time.Millisecond)
+}
+
+// read gets key's record (nil when none exists), refuses one that does not
+// parse (R10), and settles what the table and any pending write learn from it.
+func (s *DocumentStore) read(ctx context.Context, op, key string) (*Record, uint64, error) {
+	rec, version, err := s.d.Get(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		s.settle(key, nil, 0)
+		return nil, 0, nil
+	}
+	if err == nil {
+		err = checkRecord(rec, key)
+	}
+	if err != nil {
+		return nil, 0, &StorageError{Op: op, Key: key, Err: err}
+	}
+	s.settle(key, &rec, version)
+	return &rec, version, nil
+}
+
+// checkRecord refuses a record that no store could have written (R10).
+func checkRecord(rec Record, key string) error {
+	switch {
+	case rec.Key != key:
+		return corrupt("record for key %q stored under %q", rec.Key, key)
+	case rec.Epoch == 0:
+		return corrupt("epoch 0")
+	case validateOwner(rec.Owner) != nil:
+		return corrupt("owner %q", rec.Owner)
+	}
+	return nil
+}
+
+// settle brings the table and the pending write for key up to date with a
+// record just read (nil: none).
+func (s *DocumentStore) settle(key string, rec *Record, version uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.pending[key]; ok {
+		switch {
+		case rec != nil && sameState(*rec, p.want): // the write landed
+			delete(s.pending, key)
+			s.commitLocked(p.grant, p.want.Released, version)
+		case rec == nil && p.pre.Absent, rec != nil && version == p.pre.Version:
+			// Not landed yet; it may still land, so keep it.
+		default: // something else was written since: ours can never land
+			delete(s.pending, key)
+		}
+	}
+	h, ok := s.held[key]
+	if !ok {
+		return
+	}
+	if rec == nil || rec.Released || rec.Owner != h.grant.Owner || rec.Epoch != h.grant.Epoch {
+		delete(s.held, key) // lost, or released through a copy of the grant
+		return
+	}
+	h.version, h.grant.ExpiresAt = version, rec.ExpiresAt
+	s.held[key] = h
+}
+
+// sameState reports whether two records say the same thing.
+func sameState(a, b Record) bool {
+	return a.Owner == b.Owner && a.Epoch == b.Epoch && a.Released == b.Released && a.ExpiresAt.Equal(b.ExpiresAt)
+}
+
+// commitLocked records a write that landed. s.mu must be held.
+func (s *DocumentStore) commitLocked(g Grant, released bool, version uint64) {
+	if !released {
+		s.held[g.Key] = heldGrant{grant: g, version: version}
+		return
+	}
+	if h, ok := s.held[g.Key]; ok && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
+		delete(s.held, g.Key)
+	}
+}
+
+// heldAt reports whether this instance holds the grant that rec names.
+func (s *DocumentStore) heldAt(key string, rec *Record) (heldGrant, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.held[key]
+	return h, ok && rec != nil // settle dropped any entry rec does not name
+}
+
+// holding finds the version to write g against: from the table when this
+// instance holds g, else from a read (a grant from another instance of the
+// same owner). Renew also needs the record unexpired (R6).
+func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew bool) (heldGrant, error) {
+	if err := ValidateKey(g.Key); err != nil {
+		return heldGrant{}, err
+	}
+	s.mu.Lock()
+	h, ok := s.held[g.Key]
+	_, unsettled := s.pending[g.Key]
+	s.mu.Unlock()
+	if ok && !unsettled && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
+		return h, nil
+	}
+	rec, version, err := s.read(ctx, op, g.Key)
+	if err != nil {
+		return heldGrant{}, err
+	}
+	if rec == nil || rec.Released || rec.Owner != g.Owner || rec.Epoch != g.Epoch {
+		return heldGrant{}, lost(g.Key, g.Epoch)
+	}
+	if renew && expired(rec.ExpiresAt, s.cfg.now()) {
+		return heldGrant{}, lost(g.Key, g.Epoch)
+	}
+	g.ExpiresAt = rec.ExpiresAt
+	return heldGrant{grant: g, version: version}, nil
+}
+
+// lostOr turns a failed renew or release write into ErrLost when the
+// record no longer names g; storage errors pass through.
+func (s *DocumentStore) lostOr(g Grant, err error) error {
+	if errors.Is(err, ErrConflict) || errors.Is(err, errSuperseded) {
+		s.mu.Lock()
+		if h, ok := s.held[g.Key]; ok && h.grant.Epoch == g.Epoch && h.grant.Owner == g.Owner {
+			delete(s.held, g.Key)
+		}
+		s.mu.Unlock()
+		return lost(g.Key, g.Epoch)
+	}
+	return err
+}
+
+// errSuperseded: an ambiguous write's re-read showed another write in its place.
+var errSuperseded = errors.New("lease: write superseded")
+
+// write stores g (released or not) if pre holds. It returns nil once the
+// write is known to have landed, ErrConflict or errSuperseded when it is
+// known not to have, and a *StorageError when its outcome stays unknown
+// (R9): then the write is remembered, and the next read of the key settles it.
+func (s *DocumentStore) write(ctx context.Context, op string, g Grant, released bool, pre Precondition) error {
+	want := Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, ExpiresAt: g.ExpiresAt, Released: released}
+	version, err := s.d.Put(ctx, want, pre)
+	if err == nil {
+		s.mu.Lock()
+		delete(s.pending, g.Key)
+		s.commitLocked(g, released, version)
+		s.mu.Unlock()
+		return nil
+	}
+	if errors.Is(err, ErrConflict) {
+		return ErrConflict
+	}
+	s.mu.Lock()
+	s.pending[g.Key] = pendingWrite{want: want, grant: g, pre: pre}
+	s.mu.Unlock()
+	s.cfg.logger.Warn("lease: write outcome unknown; re-reading", "op", op, "key", g.Key, "err", err)
+	rec, _, rerr := s.read(ctx, op, g.Key)
+	if rerr != nil {
+		return &StorageError{Op: op, Key: g.Key, Err: errors.Join(err, rerr)}
+	}
+	if rec != nil && sameState(*rec, want) {
+		return nil // it landed; read settled the table
+	}
+	s.mu.Lock()
+	_, unsettled := s.pending[g.Key]
+	s.mu.Unlock()
+	if unsettled {
+		return &StorageError{Op: op, Key: g.Key, Err: err} // the old state: safe to retry
+	}
+	return errSuperseded
+}

@@ -1,0 +1,139 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// Precondition guards a Driver.Put: the write happens only if it holds.
+// Exactly one of the two forms is used: Absent, or a Version from Get or Put.
+type Precondition struct {
+	Absent  bool   // no record may exist for the key
+	Version uint64 // the stored record's version must equal this
+}
+
+// Driver is a key-value document backend with compare-and-swap writes. It
+// is the contract between DocumentStore and a database, in the manner of
+// database/sql/driver:
+//
+//   - All methods are safe for concurrent use and honour ctx.
+//   - Get returns the record and its version, or an error matching
+//     ErrNotFound when no record exists. A record that cannot be parsed is
+//     an error matching ErrCorrupt, never a zero Record.
+//   - Put writes rec atomically if pre holds and returns the new version,
+//     which is larger than every earlier version of that key. If pre does
+//     not hold it writes nothing and returns an error matching ErrConflict.
+//     Any other error means the outcome is unknown: the store re-reads (R9).
+//     Put returns only once the write is durable (R2).
+//   - Nothing ever deletes a record (R3).
+type Driver interface {
+	// Name is "memory", "sqlite" or "mongodb".
+	Name() string
+	Get(ctx context.Context, key string) (rec Record, version uint64, err error)
+	Put(ctx context.Context, rec Record, pre Precondition) (version uint64, err error)
+	// Close releases the driver's resources. Later calls fail with ErrClosed.
+	Close() error
+}
+
+// DriverHasCrossProcessCAS reports whether the named document driver can
+// coordinate separate processes (R11): true for "mongodb" and "sqlite",
+// false for "memory", "file" and any other name.
+func DriverHasCrossProcessCAS(driver string) bool {
+	switch driver {
+	case "mongodb", "sqlite":
+		return true
+	}
+	return false
+}
+
+// Open opens a store from a URL:
+//
+//	sqlite:/path/leases.db                     SQLite document store (one host, many processes)
+//	mongodb://host:port/db?collection=leases   MongoDB document store (many hosts)
+//	file:/path/dir                             local flock store (one host, no backend)
+//	memory:                                    in-memory document store (one process only)
+//
+// Closing the store closes what Open opened.
+func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	scheme, rest, ok := strings.Cut(url, ":")
+	if !ok {
+		return nil, fmt.Errorf("lease: store URL %q has no scheme; want sqlite:, mongodb://, file: or memory:", url)
+	}
+	switch scheme {
+	case "memory":
+		return NewDocumentStore(NewMemoryDriver(), append(opts, closeDriver())...)
+	case "sqlite":
+		return openSQLiteStore(rest, opts)
+	case "mongodb", "mongodb+srv":
+		return openMongoStore(ctx, url, opts)
+	case "file":
+		return openLocalStore(rest, opts)
+	}
+	return nil, fmt.Errorf("lease: unknown store scheme %q in %q; want sqlite:, mongodb://, file: or memory:", scheme, url)
+}
+
+// NewMemoryDriver returns a driver that keeps records in this process's
+// memory. It coordinates goroutines, not processes: every store that shares
+// one leases from the others, and everything is gone when the process exits.
+// Use it in tests and examples.
+func NewMemoryDriver() Driver {
+	return &memoryDriver{docs: make(map[string]memoryDoc)}
+}
+
+type memoryDoc struct {
+	rec     Record
+	version uint64
+}
+
+type memoryDriver struct {
+	mu     sync.Mutex // guards docs and closed
+	docs   map[string]memoryDoc
+	closed bool
+}
+
+func (d *memoryDriver) Name() string { return "memory" }
+
+func (d *memoryDriver) Get(ctx context.Context, key string) (Record, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return Record{}, 0, ErrClosed
+	}
+	doc, ok := d.docs[key]
+	if !ok {
+		return Record{}, 0, ErrNotFound
+	}
+	return doc.rec, doc.version, nil
+}
+
+func (d *memoryDriver) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, ErrClosed
+	}
+	doc, exists := d.docs[rec.Key]
+	if pre.Absent == exists || (exists && doc.version != pre.Version) {
+		return 0, ErrConflict
+	}
+	d.docs[rec.Key] = memoryDoc{rec: rec, version: doc.version + 1}
+	return doc.version + 1, nil
+}
+
+func (d *memoryDriver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	return nil
+}

@@ -1,0 +1,3 @@
+module github.com/leasekit/lease
+
+go 1.25.0

@@ -1,0 +1,50 @@
+package lease
+
+import (
+	"context"
+	"sync"
+)
+
+// keyLocks serialises calls on one key within one store instance, so that
+// its table and the storage it mirrors change together. Calls on different
+// keys do not wait for each other.
+type keyLocks struct {
+	mu sync.Mutex          // guards m
+	m  map[string]*keyLock // present while some call holds or waits for the key
+}
+
+type keyLock struct {
+	sem  chan struct{} // holds one token while the key is locked
+	refs int           // calls holding or waiting; guarded by keyLocks.mu
+}
+
+// lock waits for key's lock or for ctx to end.
+func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err error) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = make(map[string]*keyLock)
+	}
+	l, ok := k.m[key]
+	if !ok {
+		l = &keyLock{sem: make(chan struct{}, 1)}
+		k.m[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+
+	select {
+	case l.sem <- struct{}{}:
+		return func() { <-l.sem; k.release(key, l) }, nil
+	case <-ctx.Done():
+		k.release(key, l)
+		return nil, ctx.Err()
+	}
+}
+
+func (k *keyLocks) release(key string, l *keyLock) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if l.refs--; l.refs == 0 {
+		delete(k.m, key)
+	}
+}

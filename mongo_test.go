@@ -1,0 +1,551 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// See mongoserver_test.go for the server the tests use and why FerretDB
+// sits behind a serialising proxy.
+
+func init() {
+	testDrivers = append(testDrivers, testDriver{name: "mongodb", open: func(t *testing.T) Driver {
+		return newTestMongoDriver(t, sharedMongoClient(t))
+	}})
+}
+
+var (
+	sharedClientOnce sync.Once
+	sharedClient     *mongo.Client
+)
+
+// sharedMongoClient is one client for the tests that need no client of
+// their own; it lives as long as the test binary.
+func sharedMongoClient(t testing.TB) *mongo.Client {
+	t.Helper()
+	testMongo(t)
+	sharedClientOnce.Do(func() { sharedClient = testMongoClient(noCleanup{t}, nil) })
+	return sharedClient
+}
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// TestMongoRace_R5 races 8 stores, each on its own mongo.Client, for one
+// key over 6 rounds: exactly one wins each round, every loser gets ErrHeld
+// naming the winner, and epochs go 1, 2, 3... without repeats (R2).
+func TestMongoRace_R5(t *testing.T) {
+	const clients, rounds = 8, 6
+	coll := testCollection(t, sharedMongoClient(t))
+	stores := make([]*DocumentStore, clients)
+	for i := range stores {
+		c := testMongoClient(t, nil)
+		d := newTestMongoDriverOn(t, c.Database(coll.Database().Name()).Collection(coll.Name()))
+		s, err := NewDocumentStore(d, WithOwner(fmt.Sprintf("racer-%d", i)), WithTTL(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores[i] = s
+	}
+	ctx := context.Background()
+	for round := 1; round <= rounds; round++ {
+		grants := make([]Grant, clients)
+		errs := make([]error, clients)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, s := range stores {
+			wg.Go(func() {
+				<-start
+				grants[i], errs[i] = s.Acquire(ctx, "race/key")
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			if err == nil {
+				if winner >= 0 {
+					t.Fatalf("round %d: two winners: %+v and %+v (R5)", round, grants[winner], grants[i])
+				}
+				winner = i
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no winner: %v", round, errs)
+		}
+		g := grants[winner]
+		if g.Epoch != uint64(round) {
+			t.Fatalf("round %d: winner's epoch %d; want %d (R2)", round, g.Epoch, round)
+		}
+		for i, err := range errs {
+			var he *HeldError
+			if i != winner && (!errors.As(err, &he) || he.Owner != g.Owner || he.Epoch != g.Epoch) {
+				t.Fatalf("round %d: loser %d got %v; want ErrHeld naming %s epoch %d (R5)", round, i, err, g.Owner, g.Epoch)
+			}
+		}
+		if err := stores[winner].Release(ctx, g); err != nil {
+			t.Fatalf("round %d: release: %v", round, err)
+		}
+	}
+}
+
+// TestFerretDBRacesWithoutProxy shows why the tests put FerretDB behind a
+// serialising proxy: talking to it directly, 8 clients racing
+// updateOne({_id, version: v}) can all match, so more than one "wins" the
+// same compare-and-swap. MongoDB applies such an update atomically; on a
+// server from MONGODB_URI that is not FerretDB, this test checks that
+// instead: exactly one winner every round.
+func TestFerretDBRacesWithoutProxy(t *testing.T) {
+	const clients, maxRounds = 8, 40
+	s := testMongo(t)
+	direct := make([]*mongo.Collection, clients)
+	name := testCollection(t, sharedMongoClient(t)).Name()
+	for i := range direct {
+		c, err := mongo.Connect(options.Client().ApplyURI(s.uri))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Disconnect(context.Background()) })
+		direct[i] = c.Database("lease_test").Collection(name)
+	}
+	ctx := context.Background()
+	if _, err := direct[0].InsertOne(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "version", Value: int64(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round <= maxRounds; round++ {
+		v := int64(round)
+		var (
+			mu      sync.Mutex
+			winners int
+			errs    []error
+			start   = make(chan struct{})
+			wg      sync.WaitGroup
+		)
+		for _, coll := range direct {
+			wg.Go(func() {
+				<-start
+				res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "version", Value: v}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: v + 1}}}})
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+				} else if res.ModifiedCount == 1 {
+					winners++
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if len(errs) > 0 {
+			t.Fatalf("round %d: %v", round, errs)
+		}
+		switch {
+		case !s.ferret && winners != 1:
+			t.Fatalf("round %d: %d winners of one compare-and-swap on a server that is not FerretDB; want 1", round, winners)
+		case s.ferret && winners > 1:
+			t.Logf("round %d: %d of %d clients won the same updateOne({_id, version: %d}) on FerretDB without the proxy", round, winners, clients, v)
+			return
+		case winners == 0:
+			t.Fatalf("round %d: nobody won", round)
+		}
+	}
+	if s.ferret {
+		t.Fatalf("FerretDB gave exactly one winner in each of %d rounds: the race the serialising proxy guards against did not show", maxRounds)
+	}
+}
+
+// TestMongoAmbiguousWrites_R9 drops the reply to a write the server
+// applied, for acquire, renew and release: the store re-reads and returns
+// what it got. A write cut before it reached the server is a
+// *StorageError that is safe to retry.
+func TestMongoAmbiguousWrites_R9(t *testing.T) {
+	ctx := context.Background()
+	p := newWireProxy(t, testMongo(t).addr)
+	d := newTestMongoDriver(t, testMongoClient(t, p))
+	now := t0
+	s, err := NewDocumentStore(d, WithOwner("me"), WithClock(func() time.Time { return now }), WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := NewDocumentStore(d, WithOwner("other"), WithClock(func() time.Time { return now }))
+
+	t.Run("acquire", func(t *testing.T) {
+		hit := p.DropReply("insert")
+		g, err := s.Acquire(ctx, "a")
+		requireHit(t, hit)
+		if err != nil || g.Epoch != 1 || g.Owner != "me" {
+			t.Fatalf("acquire with its reply dropped: %+v, %v; want epoch 1 (R9)", g, err)
+		}
+		if _, err := other.Acquire(ctx, "a"); !errors.Is(err, ErrHeld) {
+			t.Fatalf("another owner after the dropped reply: %v; want ErrHeld", err)
+		}
+		if _, err := s.Renew(ctx, g); err != nil {
+			t.Fatalf("renew of the grant: %v", err)
+		}
+	})
+
+	t.Run("acquire cut before the server", func(t *testing.T) {
+		hit := p.Cut("insert")
+		g, err := s.Acquire(ctx, "b")
+		requireHit(t, hit)
+		var se *StorageError
+		if err != nil && !errors.As(err, &se) {
+			t.Fatalf("acquire whose write never arrived: %v; want a *StorageError (R9)", err)
+		}
+		if err != nil { // safe to retry
+			g, err = s.Acquire(ctx, "b")
+		}
+		if err != nil || g.Epoch != 1 {
+			t.Fatalf("acquire after the cut: %+v, %v; want epoch 1", g, err)
+		}
+	})
+
+	t.Run("renew", func(t *testing.T) {
+		g, err := s.Acquire(ctx, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(10 * time.Second)
+		hit := p.DropReply("update")
+		g2, err := s.Renew(ctx, g)
+		requireHit(t, hit)
+		if want := now.Add(time.Minute); err != nil || g2.Epoch != g.Epoch || !g2.ExpiresAt.Equal(want) {
+			t.Fatalf("renew with its reply dropped: %+v, %v; want expiry %v (R9)", g2, err, want)
+		}
+		if rec, err := other.Holder(ctx, "c"); err != nil || !rec.ExpiresAt.Equal(g2.ExpiresAt) {
+			t.Fatalf("holder after renew: %+v, %v", rec, err)
+		}
+	})
+
+	t.Run("release", func(t *testing.T) {
+		g, err := s.Acquire(ctx, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hit := p.DropReply("update")
+		err = s.Release(ctx, g)
+		requireHit(t, hit)
+		if err != nil {
+			t.Fatalf("release with its reply dropped: %v; want nil (R9)", err)
+		}
+		rec, _, err := d.Get(ctx, "d")
+		if err != nil || !rec.Released || rec.Epoch != g.Epoch {
+			t.Fatalf("record after release: %+v, %v; want released, epoch %d", rec, err, g.Epoch)
+		}
+		if g2, err := other.Acquire(ctx, "d"); err != nil || g2.Epoch != g.Epoch+1 || g2.PreviousUnclean {
+			t.Fatalf("acquire after release: %+v, %v; want clean epoch %d", g2, err, g.Epoch+1)
+		}
+	})
+
+	t.Run("release cut before the server", func(t *testing.T) {
+		g, err := s.Acquire(ctx, "e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hit := p.Cut("update")
+		err = s.Release(ctx, g)
+		requireHit(t, hit)
+		if err == nil {
+			if rec, _, err := d.Get(ctx, "e"); err != nil || !rec.Released {
+				t.Fatalf("release reported done, record %+v, %v", rec, err) // R7: never report an unpersisted release
+			}
+			return
+		}
+		if !errors.Is(err, ErrStorage) {
+			t.Fatalf("release whose write never arrived: %v; want ErrStorage", err)
+		}
+		if err := s.Release(ctx, g); err != nil { // the store kept the grant (R7)
+			t.Fatalf("retried release: %v", err)
+		}
+	})
+}
+
+func requireHit(t *testing.T, hit <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-hit:
+	default:
+		t.Fatal("the proxy's fault never fired")
+	}
+}
+
+// TestMongoCorruptDocuments_R10 plants documents no store could have
+// written: every operation refuses them with ErrCorrupt and leaves them as
+// they were.
+func TestMongoCorruptDocuments_R10(t *testing.T) {
+	ctx := context.Background()
+	coll := testCollection(t, sharedMongoClient(t))
+	d := newTestMongoDriverOn(t, coll)
+	s, _ := NewDocumentStore(d, WithOwner("me"))
+	exp := bson.NewDateTimeFromTime(time.Now().Add(-time.Hour))
+	good := func(id string) bson.D {
+		return bson.D{{Key: "_id", Value: id}, {Key: "owner", Value: "x"}, {Key: "epoch", Value: int64(3)},
+			{Key: "expires", Value: exp}, {Key: "released", Value: true}, {Key: "version", Value: int64(2)}}
+	}
+	set := func(doc bson.D, key string, v any) bson.D {
+		for i := range doc {
+			if doc[i].Key == key {
+				doc[i].Value = v
+			}
+		}
+		return doc
+	}
+	drop := func(doc bson.D, key string) bson.D {
+		out := bson.D{}
+		for _, e := range doc {
+			if e.Key != key {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		doc  bson.D
+	}{
+		{"string epoch", set(good("c1"), "epoch", "3")},
+		{"missing owner", drop(good("c2"), "owner")},
+		{"negative version", set(good("c3"), "version", int64(-1))},
+		{"double epoch", set(good("c4"), "epoch", 3.0)},
+		{"string expires", set(good("c5"), "expires", "tomorrow")},
+		{"missing released", drop(good("c6"), "released")},
+		{"epoch zero", set(good("c7"), "epoch", int64(0))},
+		{"empty owner", set(good("c8"), "owner", "")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			key := tc.doc[0].Value.(string)
+			if _, err := coll.InsertOne(ctx, tc.doc); err != nil {
+				t.Fatal(err)
+			}
+			before, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.Acquire(ctx, key)
+			if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrStorage) {
+				t.Errorf("Acquire: %v; want a *StorageError matching ErrCorrupt (R10)", err)
+			}
+			if _, err := s.Holder(ctx, key); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("Holder: %v; want ErrCorrupt (R10)", err)
+			}
+			if err := s.Release(ctx, Grant{Key: key, Owner: "x", Epoch: 3}); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("Release: %v; want ErrCorrupt (R10)", err)
+			}
+			after, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
+			if err != nil || !bytes.Equal(before, after) {
+				t.Errorf("document changed: %v -> %v (%v)", before, after, err)
+			}
+		})
+	}
+}
+
+// TestMongoEpochRange_R2 stores the whole uint64 range of epochs and
+// refuses to wrap at math.MaxUint64.
+func TestMongoEpochRange_R2(t *testing.T) {
+	ctx := context.Background()
+	d := newTestMongoDriver(t, sharedMongoClient(t))
+	exp := t0.Add(time.Minute)
+	for i, epoch := range []uint64{1, math.MaxInt64, math.MaxInt64 + 1, math.MaxUint64 - 1, math.MaxUint64} {
+		key := fmt.Sprintf("e%d", i)
+		want := Record{Key: key, Owner: "o", Epoch: epoch, ExpiresAt: exp, Released: true}
+		if _, err := d.Put(ctx, want, Precondition{Absent: true}); err != nil {
+			t.Fatal(err)
+		}
+		got, v, err := d.Get(ctx, key)
+		if err != nil || got.Epoch != epoch || v != 1 || !sameState(got, want) {
+			t.Fatalf("epoch %d: read back %+v version %d, %v", epoch, got, v, err)
+		}
+	}
+	s, _ := NewDocumentStore(d, WithOwner("me"), WithClock(func() time.Time { return t0 }))
+	if _, err := s.Acquire(ctx, "e4"); !errors.Is(err, ErrEpochExhausted) {
+		t.Fatalf("acquire at MaxUint64: %v; want ErrEpochExhausted", err)
+	}
+	g, err := s.Acquire(ctx, "e3")
+	if err != nil || g.Epoch != math.MaxUint64 {
+		t.Fatalf("acquire at MaxUint64-1: %+v, %v; want epoch MaxUint64", g, err)
+	}
+}
+
+// TestMongoPut checks the driver's own contract: Absent is an insert, a
+// version is a conditional update, a stale one is ErrConflict, and
+// nothing is written on conflict.
+func TestMongoPut(t *testing.T) {
+	ctx := context.Background()
+	d := newTestMongoDriver(t, sharedMongoClient(t))
+	if _, _, err := d.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of nothing: %v; want ErrNotFound", err)
+	}
+	r1 := Record{Key: "k", Owner: "a", Epoch: 1, ExpiresAt: t0}
+	v1, err := d.Put(ctx, r1, Precondition{Absent: true})
+	if err != nil || v1 != 1 {
+		t.Fatalf("insert: %d, %v", v1, err)
+	}
+	r2 := Record{Key: "k", Owner: "b", Epoch: 2, ExpiresAt: t0.Add(time.Second)}
+	if _, err := d.Put(ctx, r2, Precondition{Absent: true}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("second insert: %v; want ErrConflict", err)
+	}
+	v2, err := d.Put(ctx, r2, Precondition{Version: v1})
+	if err != nil || v2 <= v1 {
+		t.Fatalf("update: %d, %v", v2, err)
+	}
+	if _, err := d.Put(ctx, r1, Precondition{Version: v1}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("stale update: %v; want ErrConflict", err)
+	}
+	got, v, err := d.Get(ctx, "k")
+	if err != nil || v != v2 || !sameState(got, r2) {
+		t.Fatalf("Get: %+v %d %v; want %+v %d", got, v, err, r2, v2)
+	}
+	if d.Name() != "mongodb" || !DriverHasCrossProcessCAS(d.Name()) {
+		t.Fatalf("Name %q: want mongodb, with cross-process CAS (R11)", d.Name())
+	}
+}
+
+// TestMongoCancelledContext: a cancelled ctx stops every call.
+func TestMongoCancelledContext(t *testing.T) {
+	d := newTestMongoDriver(t, sharedMongoClient(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := d.Get(ctx, "k"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get: %v; want context.Canceled", err)
+	}
+	if _, err := d.Put(ctx, Record{Key: "k", Owner: "a", Epoch: 1}, Precondition{Absent: true}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Put: %v; want context.Canceled", err)
+	}
+	if _, _, err := d.Get(context.Background(), "k"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after the cancelled Put: %v; want nothing written", err)
+	}
+}
+
+// TestMongoRefusesFerretDB: NewMongoDriver refuses FerretDB, which does
+// not apply a conditional update atomically, unless AllowUnsafeServer is
+// given; a server that is not FerretDB is accepted as is.
+func TestMongoRefusesFerretDB(t *testing.T) {
+	coll := testCollection(t, sharedMongoClient(t))
+	d, err := NewMongoDriver(coll)
+	if !testMongo(t).ferret {
+		if err != nil {
+			t.Fatalf("NewMongoDriver on MONGODB_URI: %v", err)
+		}
+		d.Close()
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), "FerretDB") || !strings.Contains(err.Error(), "atomic") {
+		t.Fatalf("NewMongoDriver on FerretDB: %v; want a refusal naming FerretDB and atomicity", err)
+	}
+	d, err = NewMongoDriver(coll, AllowUnsafeServer())
+	if err != nil {
+		t.Fatalf("with AllowUnsafeServer: %v", err)
+	}
+	d.Close()
+	if err := testMongoClient(t, nil).Ping(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMongoCloseKeepsCallersClient: closing a driver made from the
+// caller's collection leaves the caller's client connected; later calls
+// fail with ErrClosed.
+func TestMongoCloseKeepsCallersClient(t *testing.T) {
+	c := testMongoClient(t, nil)
+	coll := testCollection(t, c)
+	d, err := NewMongoDriver(coll, mongoDriverOpts(t)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := d.Get(ctx, "k"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close: %v; want ErrClosed", err)
+	}
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "still-connected"}}); err != nil {
+		t.Fatalf("caller's client after driver Close: %v", err)
+	}
+}
+
+// TestMongoOpen opens stores from mongodb:// URLs: the database from the
+// path, the collection from ?collection=, the driver's own options kept,
+// and Close disconnects the client Open made.
+func TestMongoOpen(t *testing.T) {
+	srv := testMongo(t)
+	if srv.ferret {
+		// Open refuses FerretDB itself (no way to pass AllowUnsafeServer)...
+		if _, err := Open(context.Background(), srv.uri); err == nil || !strings.Contains(err.Error(), "FerretDB") {
+			t.Fatalf("Open on FerretDB: %v; want a refusal", err)
+		}
+		// ...so the rest goes through the serialising proxy with it.
+		mongoOpenOptions = []MongoOption{AllowUnsafeServer()}
+		t.Cleanup(func() { mongoOpenOptions = nil })
+	}
+	base := srv.uri
+	if srv.ferret {
+		base = mongoURIVia(srv, sharedProxy(t, srv).Addr())
+	}
+	coll := testCollection(t, sharedMongoClient(t)).Name()
+	url := strings.Replace(base, "/?", "/lease_test?collection="+coll+"&appName=opened&", 1)
+	if url == base {
+		t.Fatalf("cannot place a path into %q", base)
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, url, WithOwner("opened"))
+	if err != nil {
+		t.Fatalf("Open(%q): %v", url, err)
+	}
+	g, err := s.Acquire(ctx, "opened/key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc bson.M
+	err = sharedMongoClient(t).Database("lease_test").Collection(coll).FindOne(ctx, bson.D{{Key: "_id", Value: "opened/key"}}).Decode(&doc)
+	if err != nil || doc["owner"] != "opened" || doc["epoch"] != int64(g.Epoch) {
+		t.Fatalf("document in lease_test.%s: %v, %v", coll, doc, err)
+	}
+	ds := s.(*DocumentStore)
+	md := ds.d.(*mongoDriver)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := md.coll.Database().Client().Ping(ctx, nil); !errors.Is(err, mongo.ErrClientDisconnected) {
+		t.Fatalf("Open's client after Close: %v; want disconnected", err)
+	}
+}
+
+func TestSplitMongoURL(t *testing.T) {
+	cases := []struct {
+		in, uri, db, coll string
+	}{
+		{"mongodb://h:1", "mongodb://h:1", "lease", "leases"},
+		{"mongodb://h:1/", "mongodb://h:1/", "lease", "leases"},
+		{"mongodb://h:1/app", "mongodb://h:1/app", "app", "leases"},
+		{"mongodb://u:p%2Fw@h:1,h2:2/app?replicaSet=rs0&collection=locks&w=1",
+			"mongodb://u:p%2Fw@h:1,h2:2/app?replicaSet=rs0&w=1", "app", "locks"},
+		{"mongodb+srv://h.example/?Collection=x%2Ey", "mongodb+srv://h.example/", "lease", "x.y"},
+	}
+	for _, tc := range cases {
+		uri, db, coll, err := splitMongoURL(tc.in)
+		if err != nil || uri != tc.uri || db != tc.db || coll != tc.coll {
+			t.Errorf("splitMongoURL(%q) = %q, %q, %q, %v; want %q, %q, %q", tc.in, uri, db, coll, err, tc.uri, tc.db, tc.coll)
+		}
+	}
+	for _, bad := range []string{"mongodb://h/?collection=", "mongodb://h/?collection=a$b", "postgres://h/"} {
+		if _, _, _, err := splitMongoURL(bad); err == nil {
+			t.Errorf("splitMongoURL(%q) accepted", bad)
+		}
+	}
+	if got := redactMongoURL("mongodb://u:secret@h/db"); strings.Contains(got, "secret") {
+		t.Errorf("redactMongoURL kept the password: %q", got)
+	}
+}

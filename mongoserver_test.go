@@ -1,0 +1,300 @@
+package lease
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
+)
+
+// The MongoDB tests run against MONGODB_URI when it is set (a real MongoDB;
+// a replica set if you have one). Otherwise they build and start FerretDB
+// v1.24.2 with its sqlite handler in a temporary directory, from the
+// launcher module in testdata/ferretdb, and it exits when this process does.
+//
+// FerretDB is a stand-in that speaks the wire protocol. It does not apply a
+// conditional update atomically, so every client of it goes through a
+// wireProxy that serialises requests (see mongoproxy_test.go) and uses
+// AllowUnsafeServer. What the tests prove therefore holds for a server
+// with the guarantees the driver relies on: single-document atomicity of a
+// conditional update, a unique _id, durable majority writes.
+
+const mongoHowTo = "set MONGODB_URI to a MongoDB server (e.g. mongodb://127.0.0.1:27017/?replicaSet=rs0), " +
+	"or let the tests build testdata/ferretdb: that needs the go command and the Go module proxy " +
+	"(or a module cache holding github.com/FerretDB/FerretDB v1.24.2)"
+
+// mongoServer is the server every MongoDB test uses.
+type mongoServer struct {
+	uri      string // for clients that talk to the server directly
+	addr     string // host:port for a wireProxy
+	ferret   bool   // FerretDB: clients must go through a serialising proxy
+	external bool   // from MONGODB_URI
+}
+
+var (
+	mongoOnce   sync.Once
+	mongoShared mongoServer
+	mongoErr    error
+	mongoProxy  *wireProxy // the serialising proxy shared by tests that inject no faults
+)
+
+// testMongo returns the server, starting it on first use. A test that
+// cannot get one fails and says how to provide one.
+func testMongo(t testing.TB) mongoServer {
+	t.Helper()
+	mongoOnce.Do(func() { mongoShared, mongoErr = startMongo() })
+	if mongoErr != nil {
+		t.Fatalf("no MongoDB server for the tests: %v\n%s", mongoErr, mongoHowTo)
+	}
+	return mongoShared
+}
+
+func startMongo() (mongoServer, error) {
+	if uri := os.Getenv("MONGODB_URI"); uri != "" {
+		cs, err := connstring.ParseAndValidate(uri)
+		if err != nil {
+			return mongoServer{}, fmt.Errorf("MONGODB_URI: %w", err)
+		}
+		s := mongoServer{uri: uri, addr: cs.Hosts[0], external: true}
+		s.ferret, err = isFerretDB(uri)
+		return s, err
+	}
+	bin, err := ferretBinary()
+	if err != nil {
+		return mongoServer{}, err
+	}
+	addr, err := runFerretDB(bin)
+	if err != nil {
+		return mongoServer{}, err
+	}
+	return mongoServer{uri: "mongodb://" + addr + "/?serverMonitoringMode=poll", addr: addr, ferret: true}, nil
+}
+
+func isFerretDB(uri string) (bool, error) {
+	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	defer c.Disconnect(ctx)
+	err = checkMongoServer(ctx, c.Database("admin"), false)
+	if err != nil && strings.Contains(err.Error(), "FerretDB") {
+		return true, nil
+	}
+	return false, err
+}
+
+// ferretBinary builds the launcher, or finds it built already in the user
+// cache under the hash of its sources and the Go version.
+func ferretBinary() (string, error) {
+	src, err := filepath.Abs(filepath.Join("testdata", "ferretdb"))
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintln(h, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	for _, name := range []string{"go.mod", "go.sum", "main.go"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", name, len(b))
+		h.Write(b)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "leasekit-lease-test")
+	bin := filepath.Join(dir, "ferretdb-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
+	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goCmd); err != nil {
+		goCmd = "go"
+	}
+	cmd := exec.Command(goCmd, "build", "-o", tmp, ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0")
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("building the FerretDB launcher in %s: %v\n%s", src, err, out)
+	}
+	fmt.Fprintf(os.Stderr, "built the FerretDB launcher in %v (cached at %s)\n", time.Since(start).Round(time.Second), bin)
+	return bin, os.Rename(tmp, bin) // atomic: a concurrent build just replaces it
+}
+
+// runFerretDB starts the launcher and returns its address. It runs until
+// this process exits: its stdin is a pipe that only this process holds.
+func runFerretDB(bin string) (string, error) {
+	dir, err := os.MkdirTemp("", "lease-ferretdb-")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(bin, "-dir", dir, "-cleanup")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &lockedWriter{w: &stderr}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	ferretStdin = stdin // kept open (and referenced) for the life of the process
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		cmd.Wait()
+		return "", fmt.Errorf("FerretDB did not start: %s", stderr.String())
+	}
+	addr, ok := strings.CutPrefix(lines.Text(), "listening on ")
+	if !ok {
+		return "", fmt.Errorf("FerretDB said %q", lines.Text())
+	}
+	go io.Copy(io.Discard, stdout)
+	go cmd.Wait()
+	return addr, nil
+}
+
+var ferretStdin io.WriteCloser
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// mongoURIVia returns a URI for the server through a proxy at addr: a
+// direct connection (the proxy hides the other members), polling monitors.
+func mongoURIVia(s mongoServer, addr string) string {
+	if !s.external {
+		return "mongodb://" + addr + "/?serverMonitoringMode=poll"
+	}
+	cs, _ := connstring.Parse(s.uri)
+	u := strings.Replace(cs.Original, cs.Hosts[0], addr, 1)
+	for _, h := range cs.Hosts[1:] {
+		u = strings.Replace(u, ","+h, "", 1)
+	}
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + "directConnection=true&serverMonitoringMode=poll"
+}
+
+// testMongoClient connects a new client, through a fresh proxy when
+// proxy is non-nil, else through the shared serialising proxy (FerretDB)
+// or directly (MONGODB_URI). It disconnects when the test ends.
+func testMongoClient(t testing.TB, proxy *wireProxy) *mongo.Client {
+	t.Helper()
+	s := testMongo(t)
+	uri := s.uri
+	switch {
+	case proxy != nil:
+		uri = mongoURIVia(s, proxy.Addr())
+	case s.ferret:
+		uri = mongoURIVia(s, sharedProxy(t, s).Addr())
+	}
+	c, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("lease-test"))
+	if err != nil {
+		t.Fatalf("mongo connect %s: %v\n%s", uri, err, mongoHowTo)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c.Disconnect(ctx)
+	})
+	return c
+}
+
+var sharedProxyOnce sync.Once
+
+// sharedProxy is one serialising proxy for the whole test binary.
+func sharedProxy(t testing.TB, s mongoServer) *wireProxy {
+	sharedProxyOnce.Do(func() {
+		mongoProxy = newWireProxy(noCleanup{t}, s.addr)
+	})
+	return mongoProxy
+}
+
+// noCleanup keeps the shared proxy alive past the test that started it.
+type noCleanup struct{ testing.TB }
+
+func (noCleanup) Cleanup(func()) {}
+
+var collSeq atomic.Int64
+
+// testCollection returns a fresh collection for one test, dropped at the
+// end on an external server.
+func testCollection(t testing.TB, c *mongo.Client) *mongo.Collection {
+	t.Helper()
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), collSeq.Add(1))
+	coll := c.Database("lease_test").Collection(name)
+	if testMongo(t).external {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			coll.Drop(ctx)
+		})
+	}
+	return coll
+}
+
+// mongoDriverOpts lets the tests use FerretDB behind a serialising proxy.
+func mongoDriverOpts(t testing.TB) []MongoOption {
+	if testMongo(t).ferret {
+		return []MongoOption{AllowUnsafeServer()}
+	}
+	return nil
+}
+
+// newTestMongoDriver makes a driver on a fresh collection of client c
+// (nil: a new client through the shared path). It closes at the end.
+func newTestMongoDriver(t testing.TB, c *mongo.Client) Driver {
+	t.Helper()
+	if c == nil {
+		c = testMongoClient(t, nil)
+	}
+	return newTestMongoDriverOn(t, testCollection(t, c))
+}
+
+func newTestMongoDriverOn(t testing.TB, coll *mongo.Collection) Driver {
+	t.Helper()
+	d, err := NewMongoDriver(coll, mongoDriverOpts(t)...)
+	if err != nil {
+		t.Fatalf("NewMongoDriver: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}

@@ -1,11 +1,15 @@
 package lease
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -547,5 +551,143 @@ func TestSplitMongoURL(t *testing.T) {
 	}
 	if got := redactMongoURL("mongodb://u:secret@h/db"); strings.Contains(got, "secret") {
 		t.Errorf("redactMongoURL kept the password: %q", got)
+	}
+}
+
+// mongoChildEnv selects the child role of TestMongoRaceProcesses_R5:
+// "uri|database|collection|owner".
+const mongoChildEnv = "LEASE_MONGO_RACE_CHILD"
+
+// TestMongoRaceProcesses_R5 races 8 separate OS processes (this test
+// binary re-executed), each with its own client and store, for one key
+// over 5 rounds: exactly one wins each round, the others get ErrHeld
+// naming it, and epochs go 1, 2, 3... without repeats (R2).
+func TestMongoRaceProcesses_R5(t *testing.T) {
+	const procs, rounds = 8, 5
+	srv := testMongo(t)
+	uri := srv.uri
+	if srv.ferret {
+		uri = mongoURIVia(srv, sharedProxy(t, srv).Addr())
+	}
+	coll := testCollection(t, sharedMongoClient(t))
+	type child struct {
+		in  io.WriteCloser
+		out *bufio.Scanner
+	}
+	children := make([]child, procs)
+	for i := range children {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMongoRaceChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), mongoChildEnv+"="+strings.Join(
+			[]string{uri, coll.Database().Name(), coll.Name(), fmt.Sprintf("proc-%d", i)}, "|"))
+		cmd.Stderr = os.Stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { in.Close(); cmd.Wait() })
+		children[i] = child{in: in, out: bufio.NewScanner(out)}
+	}
+	// ask sends cmd to the children and returns their answers.
+	ask := func(cmd string, to []child) []string {
+		for _, c := range to {
+			if _, err := io.WriteString(c.in, cmd+"\n"); err != nil {
+				t.Fatalf("child: %v", err)
+			}
+		}
+		answers := make([]string, len(to))
+		for i, c := range to {
+			for c.out.Scan() { // skip the test framework's own lines
+				if a, ok := strings.CutPrefix(c.out.Text(), "answer: "); ok {
+					answers[i] = a
+					break
+				}
+			}
+			if answers[i] == "" {
+				t.Fatalf("child %d died: %v", i, c.out.Err())
+			}
+		}
+		return answers
+	}
+	ask("ready", children) // every child has connected and built its store
+	for round := 1; round <= rounds; round++ {
+		answers := ask("acquire", children)
+		winner := -1
+		for i, a := range answers {
+			if strings.HasPrefix(a, "granted ") {
+				if winner >= 0 {
+					t.Fatalf("round %d: two winners: %q and %q (R5)", round, answers[winner], a)
+				}
+				winner = i
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no winner: %q", round, answers)
+		}
+		want := fmt.Sprintf("proc-%d %d", winner, round)
+		if answers[winner] != "granted "+want {
+			t.Fatalf("round %d: winner said %q; want %q (R2)", round, answers[winner], "granted "+want)
+		}
+		for i, a := range answers {
+			if i != winner && a != "held "+want {
+				t.Fatalf("round %d: loser %d said %q; want %q (R5)", round, i, a, "held "+want)
+			}
+		}
+		if a := ask("release", children[winner:winner+1]); a[0] != "released" {
+			t.Fatalf("round %d: release: %q", round, a[0])
+		}
+	}
+}
+
+// TestMongoRaceChild is the child role of TestMongoRaceProcesses_R5; run
+// without its environment variable, it does nothing.
+func TestMongoRaceChild(t *testing.T) {
+	env := os.Getenv(mongoChildEnv)
+	if env == "" {
+		return
+	}
+	parts := strings.Split(env, "|")
+	c, err := mongo.Connect(options.Client().ApplyURI(parts[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	d := newTestMongoDriverOn(t, c.Database(parts[1]).Collection(parts[2]))
+	s, err := NewDocumentStore(d, WithOwner(parts[3]), WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var g Grant
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var answer string
+		switch in.Text() {
+		case "ready":
+			err = c.Ping(ctx, nil)
+			answer = "ready"
+		case "acquire":
+			var he *HeldError
+			g, err = s.Acquire(ctx, "race/key")
+			switch {
+			case err == nil:
+				answer = fmt.Sprintf("granted %s %d", g.Owner, g.Epoch)
+			case errors.As(err, &he):
+				answer, err = fmt.Sprintf("held %s %d", he.Owner, he.Epoch), nil
+			}
+		case "release":
+			err = s.Release(ctx, g)
+			answer = "released"
+		}
+		if err != nil {
+			answer = "error " + strings.ReplaceAll(err.Error(), "\n", " ")
+		}
+		fmt.Printf("answer: %s\n", answer)
 	}
 }

@@ -499,10 +499,11 @@ func TestMongoOpen(t *testing.T) {
 		base = mongoURIVia(srv, sharedProxy(t, srv).Addr())
 	}
 	coll := testCollection(t, sharedMongoClient(t)).Name()
-	url := strings.Replace(base, "/?", "/lease_test?collection="+coll+"&appName=opened&", 1)
-	if url == base {
-		t.Fatalf("cannot place a path into %q", base)
-	}
+	// Put the database into the path and collection= first in the query.
+	scheme, rest, _ := strings.Cut(base, "://")
+	hostsAndPath, query, _ := strings.Cut(rest, "?")
+	hosts, _, _ := strings.Cut(hostsAndPath, "/")
+	url := scheme + "://" + hosts + "/lease_test?collection=" + coll + "&appName=opened&" + query
 	ctx := context.Background()
 	s, err := Open(ctx, url, WithOwner("opened"))
 	if err != nil {
@@ -548,6 +549,14 @@ func TestSplitMongoURL(t *testing.T) {
 		if _, _, _, err := splitMongoURL(bad); err == nil {
 			t.Errorf("splitMongoURL(%q) accepted", bad)
 		}
+	}
+	ext := mongoServer{uri: "mongodb://u:p@h1:1,h2:2/db?replicaSet=rs0", external: true}
+	if got, want := mongoURIVia(ext, "127.0.0.1:9"), "mongodb://u:p@127.0.0.1:9/db?replicaSet=rs0&directConnection=true&serverMonitoringMode=poll"; got != want {
+		t.Errorf("mongoURIVia = %q; want %q", got, want)
+	}
+	ext.uri = "mongodb://h1:1"
+	if got, want := mongoURIVia(ext, "127.0.0.1:9"), "mongodb://127.0.0.1:9/?directConnection=true&serverMonitoringMode=poll"; got != want {
+		t.Errorf("mongoURIVia = %q; want %q", got, want)
 	}
 	if got := redactMongoURL("mongodb://u:secret@h/db"); strings.Contains(got, "secret") {
 		t.Errorf("redactMongoURL kept the password: %q", got)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
@@ -71,7 +72,7 @@ func startMongo() (mongoServer, error) {
 			return mongoServer{}, fmt.Errorf("MONGODB_URI: %w", err)
 		}
 		s := mongoServer{uri: uri, addr: cs.Hosts[0], external: true}
-		s.ferret, err = isFerretDB(uri)
+		err = probeMongo(&s)
 		return s, err
 	}
 	bin, err := ferretBinary()
@@ -85,19 +86,30 @@ func startMongo() (mongoServer, error) {
 	return mongoServer{uri: "mongodb://" + addr + "/?serverMonitoringMode=poll", addr: addr, ferret: true}, nil
 }
 
-func isFerretDB(uri string) (bool, error) {
-	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+// probeMongo finds whether the server is FerretDB, and the primary's
+// address for the proxies of the fault-injection tests.
+func probeMongo(s *mongoServer) error {
+	c, err := mongo.Connect(options.Client().ApplyURI(s.uri))
 	if err != nil {
-		return false, err
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	defer c.Disconnect(ctx)
+	var hello struct {
+		Primary string `bson:"primary"`
+	}
+	if err := c.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		return err
+	}
+	if hello.Primary != "" {
+		s.addr = hello.Primary
+	}
 	err = checkMongoServer(ctx, c.Database("admin"), false)
 	if err != nil && strings.Contains(err.Error(), "FerretDB") {
-		return true, nil
+		s.ferret, err = true, nil
 	}
-	return false, err
+	return err
 }
 
 // ferretBinary builds the launcher, or finds it built already in the user
@@ -196,19 +208,22 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // mongoURIVia returns a URI for the server through a proxy at addr: a
-// direct connection (the proxy hides the other members), polling monitors.
+// direct connection (the proxy hides the other members), polling monitors
+// (see wireProxy), and the rest of MONGODB_URI (credentials, options).
 func mongoURIVia(s mongoServer, addr string) string {
 	if !s.external {
 		return "mongodb://" + addr + "/?serverMonitoringMode=poll"
 	}
-	cs, _ := connstring.Parse(s.uri)
-	u := strings.Replace(cs.Original, cs.Hosts[0], addr, 1)
-	for _, h := range cs.Hosts[1:] {
-		u = strings.Replace(u, ","+h, "", 1)
-	}
+	_, rest, _ := strings.Cut(s.uri, "://")
+	end := strings.IndexAny(rest+"/", "/?")
+	userinfo := rest[:strings.LastIndexByte(rest[:end], '@')+1]
+	u := "mongodb://" + userinfo + addr + rest[end:]
 	sep := "?"
-	if strings.Contains(u, "?") {
+	switch {
+	case strings.Contains(u, "?"):
 		sep = "&"
+	case !strings.Contains(u[len("mongodb://"):], "/"):
+		sep = "/?"
 	}
 	return u + sep + "directConnection=true&serverMonitoringMode=poll"
 }

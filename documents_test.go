@@ -125,7 +125,7 @@ type faultDriver struct {
 	gets, puts int
 	// failPut fails the next Put: before committing it, or after.
 	failPutBefore, failPutAfter bool
-	failGets                    int    // fail this many following Gets
+	failGets                    int     // fail this many following Gets
 	getOverride                 *Record // return this record from Get instead
 }
 

@@ -178,6 +178,24 @@ type sqliteDriver struct {
 // new, switches the file to WAL and prepares the statements. It writes
 // nothing to a file it refuses.
 func (d *sqliteDriver) setup(ctx context.Context) error {
+	if err := d.setupFile(ctx); err != nil {
+		return err
+	}
+	var err error
+	for _, p := range []struct {
+		stmt  **sql.Stmt
+		query string
+	}{{&d.get, sqliteGet}, {&d.insert, sqliteInsert}, {&d.update, sqliteUpdate}} {
+		if *p.stmt, err = d.db.PrepareContext(ctx, p.query); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setupFile does setup's checks and changes on one connection, which it
+// gives back to the pool (of one) when done.
+func (d *sqliteDriver) setupFile(ctx context.Context) error {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return err
@@ -199,14 +217,6 @@ func (d *sqliteDriver) setup(ctx context.Context) error {
 	if !strings.EqualFold(mode, "wal") {
 		return fmt.Errorf("journal mode is %q after switching to WAL; is the file on a network file system?", mode)
 	}
-	for _, p := range []struct {
-		stmt  **sql.Stmt
-		query string
-	}{{&d.get, sqliteGet}, {&d.insert, sqliteInsert}, {&d.update, sqliteUpdate}} {
-		if *p.stmt, err = d.db.PrepareContext(ctx, p.query); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -223,17 +233,18 @@ func checkSQLiteSchema(ctx context.Context, conn *sql.Conn) (create bool, err er
 		return false, err
 	}
 	switch {
-	case version == 0 && len(cols) == 0:
+	case len(cols) == 0 && version == 0:
 		return true, nil
+	case len(cols) == 0:
+		return false, fmt.Errorf("user_version is %d but there is no leases table: the file belongs to another program; "+
+			"use a database file of its own for leases", version)
 	case version == 0:
 		return false, fmt.Errorf("a leases table exists, but user_version is 0: it was not made by this library")
 	case version > sqliteSchemaVersion:
 		return false, fmt.Errorf("schema version %d (user_version) is newer than this library's %d: upgrade the library",
 			version, sqliteSchemaVersion)
 	case version != sqliteSchemaVersion:
-		return false, fmt.Errorf("user_version %d is not a lease schema version: use a database file of its own for leases", version)
-	case len(cols) == 0:
-		return false, fmt.Errorf("schema version %d, but the leases table is missing", version)
+		return false, fmt.Errorf("user_version %d is not a lease schema version", version)
 	}
 	return false, checkSQLiteColumns(cols)
 }

@@ -209,7 +209,7 @@ func corrupt(format string, args ...any) error {
 }
 
 func lost(key string, epoch uint64) error {
-	return fmt.Errorf("lease: %q epoch %d: %w", key, epoch, ErrLost)
+	return fmt.Errorf("%w: %q epoch %d", ErrLost, key, epoch)
 }
 
 // ValidateKey reports whether key obeys R1: 1 to 256 bytes of ASCII letters,

@@ -2,7 +2,10 @@ module github.com/leasekit/lease
 
 go 1.26.0
 
-require modernc.org/sqlite v1.62.0
+require (
+	modernc.org/sqlite v1.62.0
+	pgregory.net/rapid v1.3.0
+)
 
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect

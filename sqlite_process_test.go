@@ -211,7 +211,8 @@ func TestSQLiteProcessesRace(t *testing.T) {
 	prevReleased := true
 	for round := 1; round <= rounds; round++ {
 		now := t0.Add(time.Duration(round) * 2 * testTTL) // past the previous round's expiry
-		for _, c := range children {                      // all are waiting on stdin: the line is the barrier
+		// Every child is blocked reading stdin: this line is the barrier.
+		for _, c := range children {
 			c.send(t, fmt.Sprintf("acquire %d", now.UnixMilli()))
 		}
 		var winner *child

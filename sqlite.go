@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver (pure Go, no cgo)
+	"modernc.org/sqlite" // the "sqlite" database/sql driver: pure Go, no cgo
 )
 
 // The SQLite layout is one table that the sqlite3 shell reads directly:
@@ -75,6 +75,9 @@ func (c sqliteColumn) String() string {
 	return c.name + " " + c.typ
 }
 
+// sqliteNotADB is SQLite's result code for a file that is not a database.
+const sqliteNotADB = 26
+
 // sqliteBusyTimeout is how long a write waits for another connection or
 // process to finish its write before failing with SQLITE_BUSY.
 const sqliteBusyTimeout = 5 * time.Second
@@ -115,6 +118,10 @@ func openSQLite(path string, busy time.Duration) (Driver, error) {
 	d := &sqliteDriver{db: db, path: abs}
 	if err := d.setup(context.Background()); err != nil {
 		db.Close()
+		var se *sqlite.Error
+		if errors.As(err, &se) && se.Code()&0xff == sqliteNotADB {
+			return nil, fmt.Errorf("lease: sqlite %s is not an SQLite database: %w", abs, err)
+		}
 		return nil, fmt.Errorf("lease: sqlite %s: %w", abs, err)
 	}
 	return d, nil

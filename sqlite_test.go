@@ -218,8 +218,8 @@ func TestSQLiteOpenRefusesBadInput(t *testing.T) {
 		{name: "a file as the directory", path: func(dir string) string { return filepath.Join(dir, "f", "leases.db") },
 			prepare: func(t *testing.T, path string) { writeFile("x")(t, filepath.Dir(path)) }, want: "not a directory"},
 		{name: "not a database", prepare: writeFile(strings.Repeat("these are not the pages you are looking for\n", 200)),
-			want: "not a database"},
-		{name: "a few bytes", prepare: writeFile("hello"), want: "not a database"},
+			want: "is not an SQLite database"},
+		{name: "a few bytes", prepare: writeFile("hello"), want: "is not an SQLite database"},
 		{name: "wrong table shape", prepare: makeDB(
 			"CREATE TABLE leases (key TEXT PRIMARY KEY, holder TEXT, until TEXT)",
 			"PRAGMA user_version = 1"), want: "want (key TEXT PRIMARY KEY, owner TEXT, epoch INTEGER"},
@@ -249,6 +249,7 @@ func TestSQLiteOpenRefusesBadInput(t *testing.T) {
 				d.Close()
 				t.Fatalf("OpenSQLite succeeded; want an error containing %q", tc.want)
 			}
+			t.Logf("OpenSQLite: %v", err)
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("OpenSQLite = %v; want an error containing %q", err, tc.want)
 			}

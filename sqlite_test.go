@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -423,6 +424,33 @@ func TestSQLiteBusyIsStorageError(t *testing.T) {
 		t.Fatalf("the grant after failed writes = %+v; want %+v still held", again, g)
 	}
 	wantErr(t, "Release after the lock", a.Release(ctxBG, g), nil)
+}
+
+// TestSQLiteLockWaitHonoursContext checks that a write queued behind
+// another process's write lock gives up when its context ends, long before
+// the five-second busy timeout, and reports a *StorageError carrying the
+// context's error.
+func TestSQLiteLockWaitHonoursContext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.db")
+	s := newDocStore(t, openSQLiteAt(t, path), newFakeClock(), "alice")
+	locker, err := rawSQLite(t, path).Conn(ctxBG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	if _, err := locker.ExecContext(ctxBG, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	defer locker.ExecContext(ctxBG, "ROLLBACK")
+	ctx, cancel := context.WithTimeout(ctxBG, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = s.Acquire(ctx, "k")
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Fatalf("Acquire waited %v for the lock; want it to stop at its deadline", waited)
+	}
+	wantStorageErr(t, "Acquire", err)
+	wantErr(t, "Acquire", err, context.DeadlineExceeded)
 }
 
 func wantBusy(t *testing.T, op string, err error) {

@@ -533,3 +533,24 @@ func TestSQLiteDriverClosed(t *testing.T) {
 	_, err = d.Put(ctxBG, Record{Key: "k", Owner: "a", Epoch: 1}, Precondition{Absent: true})
 	wantErr(t, "Put", err, ErrClosed)
 }
+
+// TestSQLiteOddPath checks that a path with URI metacharacters names
+// exactly that file, relative or absolute.
+func TestSQLiteOddPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a b?c#d%20e&_pragma=x")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "leases?.db")
+	d := openSQLiteAt(t, path)
+	if _, err := d.Put(ctxBG, Record{Key: "k", Owner: "alice", Epoch: 1}, Precondition{Absent: true}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("stat %s = %v; want the database there", path, err)
+	}
+	t.Chdir(dir)
+	if _, _, err := openSQLiteAt(t, "leases?.db").Get(ctxBG, "k"); err != nil {
+		t.Fatalf("Get through a relative path = %v", err)
+	}
+}

@@ -1,3 +1,7 @@
 module github.com/leasekit/lease
 
-go 1.25.0
+go 1.26.0
+
+require github.com/gofrs/flock v0.13.2
+
+require golang.org/x/sys v0.49.0 // indirect

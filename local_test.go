@@ -1,0 +1,648 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gofrs/flock"
+)
+
+// newLocal returns a LocalStore on root that the test closes at its end.
+func newLocal(t testing.TB, root string, opts ...Option) *LocalStore {
+	t.Helper()
+	s, err := NewLocalStore(root, opts...)
+	if err != nil {
+		t.Fatalf("NewLocalStore(%q) = %v", root, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// mustAcquire acquires key or fails the test.
+func mustAcquire(t testing.TB, s Store, key string) Grant {
+	t.Helper()
+	g, err := s.Acquire(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Acquire(%q) = %v", key, err)
+	}
+	return g
+}
+
+// wantHeld checks that err is a *HeldError naming owner and epoch.
+func wantHeld(t testing.TB, err error, owner string, epoch uint64) {
+	t.Helper()
+	var he *HeldError
+	if !errors.As(err, &he) || !errors.Is(err, ErrHeld) {
+		t.Fatalf("err = %v; want a *HeldError", err)
+	}
+	if he.Owner != owner || he.Epoch != epoch || !he.ExpiresAt.IsZero() {
+		t.Fatalf("HeldError = %+v; want owner %q epoch %d, no expiry", he, owner, epoch)
+	}
+}
+
+// TestLocalContract runs the contract cases that apply to the local store.
+// Each case gets a fresh root and two stores on it, a and b, which contend
+// as two processes would.
+func TestLocalContract(t *testing.T) {
+	ctx := context.Background()
+	const key = "jobs/nightly"
+	cases := []struct {
+		name string
+		run  func(t *testing.T, root string, a, b *LocalStore)
+	}{
+		{"R4a first grant is epoch 1, clean, never expires", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			want := Grant{Key: key, Owner: "a", Epoch: 1}
+			if g != want {
+				t.Fatalf("Acquire = %+v; want %+v", g, want)
+			}
+		}},
+		{"R4e R5 contention names the holder", func(t *testing.T, root string, a, b *LocalStore) {
+			mustAcquire(t, a, key)
+			_, err := b.Acquire(ctx, key)
+			wantHeld(t, err, "a", 1)
+		}},
+		{"R4b release then re-acquire continues the epoch", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			if err := a.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			g2 := mustAcquire(t, b, key)
+			if g2.Epoch != 2 || g2.PreviousUnclean || g2.Owner != "b" {
+				t.Fatalf("after release: %+v; want epoch 2 clean by b", g2)
+			}
+			g3 := mustAcquire(t, b, "other")
+			if g3.Epoch != 1 {
+				t.Fatalf("another key: epoch %d; want 1", g3.Epoch)
+			}
+		}},
+		{"R4c re-entrant acquire returns the same grant", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			again := mustAcquire(t, a, key)
+			if again != g {
+				t.Fatalf("re-entrant = %+v; want %+v", again, g)
+			}
+			if err := a.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			if g := mustAcquire(t, b, key); g.Epoch != 2 || g.PreviousUnclean {
+				t.Fatalf("after one release of a re-entrant grant: %+v; want epoch 2 clean", g)
+			}
+		}},
+		{"R4e same owner string in another instance is another holder", func(t *testing.T, root string, a, b *LocalStore) {
+			mustAcquire(t, a, key)
+			a2 := newLocal(t, root, WithOwner("a"))
+			_, err := a2.Acquire(ctx, key)
+			wantHeld(t, err, "a", 1)
+		}},
+		{"R4f a crashed holder (Close) yields epoch+1 PreviousUnclean", func(t *testing.T, root string, a, b *LocalStore) {
+			mustAcquire(t, a, key)
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			g := mustAcquire(t, b, key)
+			if g.Epoch != 2 || !g.PreviousUnclean {
+				t.Fatalf("after crash: %+v; want epoch 2 unclean", g)
+			}
+		}},
+		{"R6 renew keeps the grant", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			r, err := a.Renew(ctx, g)
+			if err != nil || r != g {
+				t.Fatalf("Renew = %+v, %v; want %+v", r, err, g)
+			}
+		}},
+		{"R6 renew after release is ErrLost", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			if err := a.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Renew(ctx, g); !errors.Is(err, ErrLost) {
+				t.Fatalf("Renew after release = %v; want ErrLost", err)
+			}
+		}},
+		{"R6 renew of a grant another holder took is ErrLost, not ErrHeld", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			a.Close()
+			mustAcquire(t, b, key)
+			if _, err := b.Renew(ctx, g); !errors.Is(err, ErrLost) || errors.Is(err, ErrHeld) {
+				t.Fatalf("Renew of a lost grant = %v; want ErrLost", err)
+			}
+			stale := g
+			stale.Owner = "b"
+			if _, err := b.Renew(ctx, stale); !errors.Is(err, ErrLost) {
+				t.Fatalf("Renew of an old epoch = %v; want ErrLost", err)
+			}
+		}},
+		{"R6 renew when the lock file was replaced is ErrLost", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			path := a.lockPath(key)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A foreign tool replaces the file: a's flock now guards nothing.
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Renew(ctx, g); !errors.Is(err, ErrLost) {
+				t.Fatalf("Renew = %v; want ErrLost", err)
+			}
+		}},
+		{"R7 release twice is ErrLost", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			if err := a.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Release(ctx, g); !errors.Is(err, ErrLost) {
+				t.Fatalf("second Release = %v; want ErrLost", err)
+			}
+		}},
+		{"R7 release by an instance that does not hold the grant is ErrLost", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			if err := b.Release(ctx, g); !errors.Is(err, ErrLost) {
+				t.Fatalf("Release by b = %v; want ErrLost", err)
+			}
+			if _, err := b.Acquire(ctx, key); !errors.Is(err, ErrHeld) {
+				t.Fatalf("after b's refused release: %v; want ErrHeld", err)
+			}
+		}},
+		{"Holder names the live holder, ErrNotFound otherwise", func(t *testing.T, root string, a, b *LocalStore) {
+			if _, err := b.Holder(ctx, key); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Holder of a fresh key = %v; want ErrNotFound", err)
+			}
+			g := mustAcquire(t, a, key)
+			for _, s := range []*LocalStore{a, b} {
+				rec, err := s.Holder(ctx, key)
+				want := Record{Key: key, Owner: "a", Epoch: 1}
+				if err != nil || rec != want {
+					t.Fatalf("Holder = %+v, %v; want %+v", rec, err, want)
+				}
+			}
+			if err := a.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Holder(ctx, key); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Holder after release = %v; want ErrNotFound", err)
+			}
+			mustAcquire(t, a, key)
+			a.Close()
+			if _, err := b.Holder(ctx, key); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Holder after the holder crashed = %v; want ErrNotFound", err)
+			}
+		}},
+		{"R1 invalid keys touch nothing", func(t *testing.T, root string, a, b *LocalStore) {
+			for _, k := range []string{"", "/a", "a/", "a//b", "a/../b", ".", "a b", "ключ", strings.Repeat("k", 257)} {
+				if _, err := a.Acquire(ctx, k); !errors.Is(err, ErrInvalidKey) {
+					t.Errorf("Acquire(%q) = %v; want ErrInvalidKey", k, err)
+				}
+				if _, err := a.Holder(ctx, k); !errors.Is(err, ErrInvalidKey) {
+					t.Errorf("Holder(%q) = %v; want ErrInvalidKey", k, err)
+				}
+				if _, err := a.Renew(ctx, Grant{Key: k, Owner: "a", Epoch: 1}); !errors.Is(err, ErrInvalidKey) {
+					t.Errorf("Renew(%q) = %v; want ErrInvalidKey", k, err)
+				}
+				if err := a.Release(ctx, Grant{Key: k, Owner: "a", Epoch: 1}); !errors.Is(err, ErrInvalidKey) {
+					t.Errorf("Release(%q) = %v; want ErrInvalidKey", k, err)
+				}
+			}
+			if ents, _ := os.ReadDir(root); len(ents) != 0 {
+				t.Fatalf("root holds %d entries after invalid keys; want none", len(ents))
+			}
+			long := strings.Repeat("k", 256) // the longest valid key fits a slot
+			if g := mustAcquire(t, a, long); g.Epoch != 1 {
+				t.Fatalf("longest key: %+v", g)
+			}
+		}},
+		{"closed store refuses every call; Close is idempotent", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			for range 2 {
+				if err := a.Close(); err != nil {
+					t.Fatalf("Close = %v", err)
+				}
+			}
+			if _, err := a.Acquire(ctx, key); !errors.Is(err, ErrClosed) {
+				t.Errorf("Acquire = %v; want ErrClosed", err)
+			}
+			if _, err := a.Renew(ctx, g); !errors.Is(err, ErrClosed) {
+				t.Errorf("Renew = %v; want ErrClosed", err)
+			}
+			if err := a.Release(ctx, g); !errors.Is(err, ErrClosed) {
+				t.Errorf("Release = %v; want ErrClosed", err)
+			}
+			if _, err := a.Holder(ctx, key); !errors.Is(err, ErrClosed) {
+				t.Errorf("Holder = %v; want ErrClosed", err)
+			}
+		}},
+		{"a cancelled context is returned before storage is touched", func(t *testing.T, root string, a, b *LocalStore) {
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			if _, err := a.Acquire(cctx, key); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Acquire = %v; want context.Canceled", err)
+			}
+			if ents, _ := os.ReadDir(root); len(ents) != 0 {
+				t.Fatalf("root holds %d entries; want none", len(ents))
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			a := newLocal(t, root, WithOwner("a"))
+			b := newLocal(t, root, WithOwner("b"))
+			tc.run(t, root, a, b)
+		})
+	}
+}
+
+// TestLocalRoot: a root that is a file, is not writable, or sits in a
+// directory that does not exist is refused at NewLocalStore; a missing root
+// is created owner-only, and so are lock files.
+func TestLocalRoot(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, root := range map[string]string{
+		"empty":          "",
+		"file":           file,
+		"missing parent": filepath.Join(dir, "no", "such"),
+		// As root, permission bits do not stop us, so use a directory
+		// the kernel refuses writes in for everyone.
+		"unwritable": "/proc/self",
+	} {
+		if s, err := NewLocalStore(root); err == nil {
+			s.Close()
+			t.Errorf("%s: NewLocalStore(%q) succeeded; want an error", name, root)
+		}
+	}
+	if _, err := NewLocalStore(dir, WithOwner("has space")); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("bad owner: %v; want ErrInvalidKey", err)
+	}
+
+	root := filepath.Join(dir, "leases")
+	s := newLocal(t, root)
+	mustAcquire(t, s, "k")
+	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("root mode = %v, %v; want 0700", fi.Mode(), err)
+	}
+	fi, err := os.Stat(s.lockPath("k"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("lock file mode = %v, %v; want 0600", fi.Mode(), err)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 1 {
+		t.Fatalf("root holds %d entries; want the one lock file (no probe left behind)", len(ents))
+	}
+}
+
+// TestLocalOpen: Open accepts file:/dir and file:///dir, not a host.
+func TestLocalOpen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, url := range []string{"file:" + dir, "file://" + dir} {
+		s, err := Open(ctx, url, WithOwner("o"))
+		if err != nil {
+			t.Fatalf("Open(%q) = %v", url, err)
+		}
+		if _, ok := s.(*LocalStore); !ok {
+			t.Fatalf("Open(%q) = %T; want *LocalStore", url, s)
+		}
+		g := mustAcquire(t, s, "k")
+		if err := s.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	if _, err := Open(ctx, "file://host"+dir); err == nil {
+		t.Fatal("Open with a host succeeded; want an error")
+	}
+}
+
+// TestLocalFailClosed: a record that cannot be read or parsed is refused
+// with ErrCorrupt, the flock is given back and the bytes stay as they were
+// (R10); an exhausted epoch is ErrEpochExhausted (R2).
+func TestLocalFailClosed(t *testing.T) {
+	ctx := context.Background()
+	const key = "k"
+	// prepare leaves key released at epoch 2 (both slots written) and
+	// returns the lock file's bytes.
+	prepare := func(t *testing.T, s *LocalStore) []byte {
+		for range 2 {
+			g := mustAcquire(t, s, key)
+			if err := s.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := os.ReadFile(s.lockPath(key))
+		if err != nil || len(b) != recFileLen {
+			t.Fatalf("lock file: %d bytes, %v", len(b), err)
+		}
+		return b
+	}
+	slot := func(seq uint64, r Record) []byte {
+		b := make([]byte, recFileLen)
+		copy(b[slotOffset(seq):], encodeSlot(seq, r))
+		return b
+	}
+	cases := []struct {
+		name   string
+		damage func(good []byte) []byte
+		want   error
+	}{
+		{"truncated to one byte", func(g []byte) []byte { return g[:1] }, ErrCorrupt},
+		{"truncated mid slot", func(g []byte) []byte { return g[:slotLen/2] }, ErrCorrupt},
+		{"truncated after slot 0", func(g []byte) []byte { return g[:slotStride] }, ErrCorrupt},
+		{"truncated by one byte", func(g []byte) []byte { return g[:recFileLen-1] }, ErrCorrupt},
+		{"one byte too long", func(g []byte) []byte { return append(g, 0) }, ErrCorrupt},
+		{"garbage bytes", func(g []byte) []byte { return bytes.Repeat([]byte("garbage!"), recFileLen/8) }, ErrCorrupt},
+		{"zeros", func(g []byte) []byte { return make([]byte, recFileLen) }, ErrCorrupt},
+		{"both slots flipped", func(g []byte) []byte {
+			b := bytes.Clone(g)
+			b[30] ^= 1
+			b[slotStride+30] ^= 1
+			return b
+		}, ErrCorrupt},
+		{"record for another key", func(g []byte) []byte {
+			return slot(1, Record{Key: "other", Owner: "x", Epoch: 7, Released: true})
+		}, ErrCorrupt},
+		{"epoch 0", func(g []byte) []byte { return slot(1, Record{Key: key, Owner: "x", Released: true}) }, ErrCorrupt},
+		{"owner with a space", func(g []byte) []byte {
+			return slot(1, Record{Key: key, Owner: "x y", Epoch: 3, Released: true})
+		}, ErrCorrupt},
+		{"slots not consecutive", func(g []byte) []byte {
+			b := slot(1, Record{Key: key, Owner: "x", Epoch: 1, Released: true})
+			copy(b[slotStride:], encodeSlot(4, Record{Key: key, Owner: "x", Epoch: 2, Released: true}))
+			return b
+		}, ErrCorrupt},
+		{"released epoch at MaxUint64", func(g []byte) []byte {
+			return slot(1, Record{Key: key, Owner: "x", Epoch: math.MaxUint64, Released: true})
+		}, ErrEpochExhausted},
+		{"dead holder's epoch at MaxUint64", func(g []byte) []byte {
+			return slot(1, Record{Key: key, Owner: "x", Epoch: math.MaxUint64})
+		}, ErrEpochExhausted},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newLocal(t, t.TempDir(), WithOwner("a"))
+			path := s.lockPath(key)
+			bad := tc.damage(prepare(t, s))
+			if err := os.WriteFile(path, bad, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Acquire(ctx, key)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Acquire = %v; want %v", err, tc.want)
+			}
+			if tc.want == ErrCorrupt {
+				var se *StorageError
+				if !errors.As(err, &se) || se.Key != key {
+					t.Fatalf("Acquire = %#v; want a *StorageError for %q", err, key)
+				}
+				if _, err := s.Holder(ctx, key); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("Holder = %v; want ErrCorrupt", err)
+				}
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, bad) {
+				t.Fatal("the refused record was changed")
+			}
+			wantFlockFree(t, path)
+		})
+	}
+}
+
+// TestLocalUnopenable: a lock file the store cannot open is refused as
+// unreadable (R10) and nothing is created or changed. The tests run as
+// root, which chmod 000 does not stop, so the path is made into things no
+// mode bits can make readable as a record: a directory, a dangling symlink
+// (the store does not follow symlinks, so it creates nothing at the target)
+// and a symlink to a valid lock file elsewhere.
+func TestLocalUnopenable(t *testing.T) {
+	ctx := context.Background()
+	const key = "k"
+	cases := map[string]func(t *testing.T, path, elsewhere string){
+		"directory": func(t *testing.T, path, _ string) {
+			if err := os.Mkdir(path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"dangling symlink": func(t *testing.T, path, elsewhere string) {
+			if err := os.Symlink(elsewhere, path); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"symlink to a record": func(t *testing.T, path, elsewhere string) {
+			other := newLocal(t, filepath.Dir(elsewhere))
+			g := mustAcquire(t, other, key)
+			if err := other.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(other.lockPath(key), path); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := newLocal(t, t.TempDir(), WithOwner("a"))
+			path := s.lockPath(key)
+			elsewhere := filepath.Join(t.TempDir(), "target")
+			setup(t, path, elsewhere)
+			before, _ := os.Lstat(path)
+			_, err := s.Acquire(ctx, key)
+			var se *StorageError
+			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &se) {
+				t.Fatalf("Acquire = %v; want a *StorageError matching ErrCorrupt", err)
+			}
+			if _, err := s.Holder(ctx, key); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Holder = %v; want ErrCorrupt", err)
+			}
+			after, err := os.Lstat(path)
+			if err != nil || after.Mode() != before.Mode() || !after.ModTime().Equal(before.ModTime()) {
+				t.Fatalf("lock path changed: %v -> %v (%v)", before.Mode(), after, err)
+			}
+			if _, err := os.Lstat(elsewhere); !errors.Is(err, os.ErrNotExist) && name == "dangling symlink" {
+				t.Fatalf("the symlink's target was created: %v", err)
+			}
+		})
+	}
+}
+
+// wantFlockFree checks that nothing holds the flock on path.
+func wantFlockFree(t *testing.T, path string) {
+	t.Helper()
+	fl := flock.New(path, flock.SetFlag(os.O_RDONLY))
+	ok, err := fl.TryLock()
+	if err != nil || !ok {
+		t.Fatalf("flock on %s still taken (%v): a refused acquire must give it back", path, err)
+	}
+	fl.Unlock()
+}
+
+// TestLocalReleaseWriteFails: when the released record cannot be written,
+// Release returns the error and keeps the flock and the grant, so a retry
+// can succeed (R7).
+func TestLocalReleaseWriteFails(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	a := newLocal(t, root, WithOwner("a"))
+	b := newLocal(t, root, WithOwner("b"))
+	g := mustAcquire(t, a, "k")
+
+	// Swap the record descriptor for a read-only one: the kernel refuses
+	// the write with EBADF, as it would a failing disk.
+	h := a.heldLock("k")
+	good := h.f
+	ro, err := os.Open(a.lockPath("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.f = ro
+	if err := a.Release(ctx, g); !errors.Is(err, ErrStorage) {
+		t.Fatalf("Release with a failing write = %v; want ErrStorage", err)
+	}
+	_, err = b.Acquire(ctx, "k")
+	wantHeld(t, err, "a", 1)
+	if r, err := a.Renew(ctx, g); err != nil || r != g {
+		t.Fatalf("Renew after a failed release = %+v, %v; want the grant kept", r, err)
+	}
+
+	h.f = good
+	ro.Close()
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatalf("retried Release = %v", err)
+	}
+	if g := mustAcquire(t, b, "k"); g.Epoch != 2 || g.PreviousUnclean {
+		t.Fatalf("after the retried release: %+v; want epoch 2 clean", g)
+	}
+}
+
+// TestLocalTornWrites checks the argument in localrecord.go: whatever part
+// of write n+1 reached the disk, the record reads as write n or n+1 (R2).
+func TestLocalTornWrites(t *testing.T) {
+	const key = "k"
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	states := []Record{
+		{Key: key, Owner: "a", Epoch: 1},
+		{Key: key, Owner: "a", Epoch: 1, Released: true},
+		{Key: key, Owner: "b", Epoch: 2},
+		{Key: key, Owner: "b", Epoch: 2, Released: true},
+		{Key: key, Owner: "c", Epoch: 3},
+	}
+	if err := writeRecord(f, 1, states[0]); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(states); i++ {
+		seq := uint64(i + 1)
+		before, _ := os.ReadFile(f.Name())
+		newSlot := encodeSlot(seq, states[i])
+		off := int(slotOffset(seq))
+		// A torn write: the first cut bytes are new, the rest old; and
+		// the other way round (devices do not promise an order).
+		for cut := 0; cut <= slotLen; cut += 8 {
+			for _, newFirst := range []bool{true, false} {
+				img := bytes.Clone(before)
+				if newFirst {
+					copy(img[off:off+cut], newSlot[:cut])
+				} else {
+					copy(img[off+cut:off+slotLen], newSlot[cut:])
+				}
+				if err := f.Truncate(0); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteAt(img, 0); err != nil {
+					t.Fatal(err)
+				}
+				rec, _, err := readRecord(f, key)
+				if err != nil {
+					t.Fatalf("write %d torn at %d: %v", seq, cut, err)
+				}
+				if *rec != states[i-1] && *rec != states[i] {
+					t.Fatalf("write %d torn at %d reads %+v; want %+v or %+v", seq, cut, *rec, states[i-1], states[i])
+				}
+			}
+		}
+		if err := f.Truncate(0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(before, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeRecord(f, seq, states[i]); err != nil {
+			t.Fatal(err)
+		}
+		if rec, got, err := readRecord(f, key); err != nil || *rec != states[i] || got != seq {
+			t.Fatalf("after write %d: %+v seq %d, %v", seq, rec, got, err)
+		}
+	}
+}
+
+// TestLocalGoroutines: stores on one root, each used by its own
+// goroutine, never let two holders overlap, and every grant gets the next
+// epoch (R2, R5).
+func TestLocalGoroutines(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	var (
+		holders atomic.Int32
+		mu      sync.Mutex
+		epochs  []uint64
+		wg      sync.WaitGroup
+		errs    = make(chan error, 8)
+	)
+	for i := range 8 {
+		s := newLocal(t, root, WithOwner(fmt.Sprintf("g%d", i)))
+		wg.Go(func() {
+			for range 25 {
+				g, err := s.Acquire(ctx, "k")
+				if errors.Is(err, ErrHeld) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if holders.Add(1) > 1 {
+					errs <- errors.New("two holders at once")
+				}
+				mu.Lock()
+				epochs = append(epochs, g.Epoch)
+				mu.Unlock()
+				holders.Add(-1)
+				if err := s.Release(ctx, g); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if len(epochs) == 0 {
+		t.Fatal("no acquire succeeded")
+	}
+	for i, e := range epochs {
+		if e != uint64(i+1) {
+			t.Fatalf("grant %d has epoch %d; want %d (epochs %v)", i, e, i+1, epochs)
+		}
+	}
+}

@@ -43,9 +43,9 @@ import (
 // checksums, which reads as ErrCorrupt, as would a record damaged later
 // (R10: fail closed). An empty file is a key that was never written.
 const (
-	slotLen    = 1024                   // bytes per slot; fits the longest key and owner
-	slotStride = 4096                   // offset of slot 1: the slots never share a page
-	recFileLen = slotStride + slotLen   // size of every lock file that has a record
+	slotLen    = 1024                  // bytes per slot; fits the longest key and owner
+	slotStride = 4096                  // offset of slot 1: the slots never share a page
+	recFileLen = slotStride + slotLen  // size of every lock file that has a record
 	slotHeader = 4 + 8 + 8 + 1 + 2 + 2 // magic, seq, epoch, flags, key and owner lengths
 	slotMagic  = "LKR1"
 	flagFreed  = 1 // the record is released

@@ -263,9 +263,11 @@ func (s *LocalStore) Release(ctx context.Context, g Grant) error {
 		return err
 	}
 	defer unlock()
-	h, err := s.confirm("release", g)
-	if err != nil {
-		return err
+	// Only the flock's holder writes the record, so while this instance
+	// holds the flock the record names its grant: no read is needed.
+	h := s.heldLock(g.Key)
+	if h == nil || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch {
+		return lost(g.Key, g.Epoch)
 	}
 	if err := s.write(h, h.seq+1, h.grant, true); err != nil {
 		return s.storageErr("release", g.Key, err)
@@ -404,7 +406,7 @@ func (s *LocalStore) tryLock(key string) (h *localLock, locked bool, err error) 
 		return nil, false, lockFileErr(err)
 	}
 	h = &localLock{fl: fl}
-	f, err := os.OpenFile(path, os.O_RDWR|openFlags, 0)
+	f, err := openFile(path, os.O_RDWR)
 	if err == nil {
 		h.f = f
 		err = s.sameInode(h)
@@ -465,7 +467,7 @@ func (s *LocalStore) flockFree(key string) (bool, error) {
 // peek reads key's record without the flock. A reader racing a writer may
 // see the slot being written torn; it then reads the other, older slot.
 func (s *LocalStore) peek(key string) (*Record, error) {
-	f, err := os.OpenFile(s.lockPath(key), os.O_RDONLY|openFlags, 0)
+	f, err := openFile(s.lockPath(key), os.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -475,6 +477,23 @@ func (s *LocalStore) peek(key string) (*Record, error) {
 	defer f.Close()
 	rec, _, err := readRecord(f, key)
 	return rec, err
+}
+
+// openFile opens an existing lock file with openFlags. It skips what
+// os.OpenFile does to try a file with the network poller (four fcntl and
+// epoll calls that fail on a regular file anyway): a third of an acquire's
+// system calls.
+func openFile(path string, flag int) (*os.File, error) {
+	for {
+		fd, err := syscall.Open(path, flag|openFlags, 0)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return os.NewFile(uintptr(fd), path), nil
+	}
 }
 
 // lockFileErr marks an error opening a lock file as ErrCorrupt when the

@@ -2,11 +2,10 @@ package lease
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
+		"fmt"
 	"hash/crc32"
-	"io"
 	"os"
+	"syscall"
 )
 
 // The record of a local key lives in its lock file, in two slots:
@@ -99,8 +98,8 @@ func slotOffset(seq uint64) int64 { return int64((seq - 1) % 2 * slotStride) }
 // no store could have written (R10).
 func readRecord(f *os.File, key string) (rec *Record, seq uint64, err error) {
 	buf := make([]byte, recFileLen+1) // one byte more, to see a file that is too long
-	n, err := f.ReadAt(buf, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
+	n, err := preadOnce(f, buf)
+	if err != nil {
 		return nil, 0, corrupt("cannot read lock file: %w", err)
 	}
 	switch n {
@@ -128,6 +127,28 @@ func readRecord(f *os.File, key string) (rec *Record, seq uint64, err error) {
 		return nil, 0, err
 	}
 	return rec, seq, nil
+}
+
+// preadOnce reads from offset 0 with one pread(2). Unlike ReadAt it does
+// not call again to learn that a short read was the end of the file: a
+// regular file this small is read whole by one call.
+func preadOnce(f *os.File, buf []byte) (n int, err error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = syscall.Pread(int(fd), buf, 0)
+			if rerr != syscall.EINTR {
+				return true
+			}
+		}
+	}); err != nil {
+		return 0, err
+	}
+	return n, rerr
 }
 
 // writeRecord stores rec as write number seq and makes it durable. The

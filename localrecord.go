@@ -2,7 +2,7 @@ package lease
 
 import (
 	"encoding/binary"
-		"fmt"
+	"fmt"
 	"hash/crc32"
 	"os"
 	"syscall"

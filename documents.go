@@ -16,7 +16,7 @@ type DocumentStore struct {
 	cfg   config
 	locks keyLocks
 
-	mu      sync.Mutex // guards the three fields below
+	mu      sync.Mutex              // guards the three fields below
 	held    map[string]heldGrant    // grants this instance holds, by key
 	pending map[string]pendingWrite // writes whose outcome is still unknown (R9), by key
 	closed  bool

@@ -2,6 +2,9 @@ module github.com/leasekit/lease
 
 go 1.26.0
 
-require github.com/gofrs/flock v0.13.2
+require (
+	github.com/gofrs/flock v0.13.2
+	pgregory.net/rapid v1.3.0
+)
 
 require golang.org/x/sys v0.49.0 // indirect

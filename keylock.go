@@ -26,7 +26,7 @@ func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err err
 	}
 	l, ok := k.m[key]
 	if !ok {
-		l = &keyLock{sem: make(chan struct{}, 1)}
+		l = keyLockPool.Get().(*keyLock)
 		k.m[key] = l
 	}
 	l.refs++
@@ -46,5 +46,9 @@ func (k *keyLocks) release(key string, l *keyLock) {
 	defer k.mu.Unlock()
 	if l.refs--; l.refs == 0 {
 		delete(k.m, key)
+		keyLockPool.Put(l) // unlocked and unreferenced: safe to reuse
 	}
 }
+
+// keyLockPool recycles keyLocks, so that an uncontended call allocates none.
+var keyLockPool = sync.Pool{New: func() any { return &keyLock{sem: make(chan struct{}, 1)} }}

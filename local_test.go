@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/gofrs/flock"
+	"pgregory.net/rapid"
 )
 
 // newLocal returns a LocalStore on root that the test closes at its end.
@@ -25,16 +26,6 @@ func newLocal(t testing.TB, root string, opts ...Option) *LocalStore {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
-}
-
-// mustAcquire acquires key or fails the test.
-func mustAcquire(t testing.TB, s Store, key string) Grant {
-	t.Helper()
-	g, err := s.Acquire(context.Background(), key)
-	if err != nil {
-		t.Fatalf("Acquire(%q) = %v", key, err)
-	}
-	return g
 }
 
 // wantHeld checks that err is a *HeldError naming owner and epoch.
@@ -49,60 +40,61 @@ func wantHeld(t testing.TB, err error, owner string, epoch uint64) {
 	}
 }
 
-// TestLocalContract runs the contract cases that apply to the local store.
-// Each case gets a fresh root and two stores on it, a and b, which contend
-// as two processes would.
+// localEnv builds a contract-suite env over a fresh root: every store it
+// makes is a separate LocalStore on that root, contending as processes do.
+func localEnv(t *testing.T) storeEnv {
+	root := t.TempDir()
+	clock := newFakeClock()
+	return storeEnv{
+		clock: clock,
+		newStore: func(t *testing.T, owner string) Store {
+			return newLocal(t, root, WithOwner(owner), WithClock(clock.Now))
+		},
+	}
+}
+
+// TestLocalContract runs the shared contract suite (contract_test.go)
+// against the local store; the cases about expiry do not apply to it.
 func TestLocalContract(t *testing.T) {
+	runContract(t, localEnv)
+}
+
+// TestLocalRace: 8 stores in one process race for one key (R5); flocks are
+// per open file, so they contend as 8 processes would.
+func TestLocalRace(t *testing.T) {
+	raceRounds(t, localEnv(t), 8, 10)
+}
+
+// TestLocalCases checks what is particular to the local store: a crash
+// (Close) frees the key at once, the flock binds a grant to one instance,
+// and a replaced lock file ends the grant. Each case gets a fresh root and
+// two stores on it, a and b.
+func TestLocalCases(t *testing.T) {
 	ctx := context.Background()
 	const key = "jobs/nightly"
 	cases := []struct {
 		name string
 		run  func(t *testing.T, root string, a, b *LocalStore)
 	}{
-		{"R4a first grant is epoch 1, clean, never expires", func(t *testing.T, root string, a, b *LocalStore) {
+		{"R4a grants never expire", func(t *testing.T, root string, a, b *LocalStore) {
 			g := mustAcquire(t, a, key)
-			want := Grant{Key: key, Owner: "a", Epoch: 1}
-			if g != want {
+			if want := (Grant{Key: key, Owner: "a", Epoch: 1}); g != want {
 				t.Fatalf("Acquire = %+v; want %+v", g, want)
 			}
+			r, err := a.Renew(ctx, g)
+			if err != nil || r != g {
+				t.Fatalf("Renew = %+v, %v; want %+v", r, err, g)
+			}
 		}},
-		{"R4e R5 contention names the holder", func(t *testing.T, root string, a, b *LocalStore) {
+		{"R4c one release of a re-entrant grant frees the key", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
 			mustAcquire(t, a, key)
-			_, err := b.Acquire(ctx, key)
-			wantHeld(t, err, "a", 1)
-		}},
-		{"R4b release then re-acquire continues the epoch", func(t *testing.T, root string, a, b *LocalStore) {
-			g := mustAcquire(t, a, key)
-			if err := a.Release(ctx, g); err != nil {
-				t.Fatal(err)
-			}
-			g2 := mustAcquire(t, b, key)
-			if g2.Epoch != 2 || g2.PreviousUnclean || g2.Owner != "b" {
-				t.Fatalf("after release: %+v; want epoch 2 clean by b", g2)
-			}
-			g3 := mustAcquire(t, b, "other")
-			if g3.Epoch != 1 {
-				t.Fatalf("another key: epoch %d; want 1", g3.Epoch)
-			}
-		}},
-		{"R4c re-entrant acquire returns the same grant", func(t *testing.T, root string, a, b *LocalStore) {
-			g := mustAcquire(t, a, key)
-			again := mustAcquire(t, a, key)
-			if again != g {
-				t.Fatalf("re-entrant = %+v; want %+v", again, g)
-			}
 			if err := a.Release(ctx, g); err != nil {
 				t.Fatal(err)
 			}
 			if g := mustAcquire(t, b, key); g.Epoch != 2 || g.PreviousUnclean {
-				t.Fatalf("after one release of a re-entrant grant: %+v; want epoch 2 clean", g)
+				t.Fatalf("after release: %+v; want epoch 2 clean", g)
 			}
-		}},
-		{"R4e same owner string in another instance is another holder", func(t *testing.T, root string, a, b *LocalStore) {
-			mustAcquire(t, a, key)
-			a2 := newLocal(t, root, WithOwner("a"))
-			_, err := a2.Acquire(ctx, key)
-			wantHeld(t, err, "a", 1)
 		}},
 		{"R4f a crashed holder (Close) yields epoch+1 PreviousUnclean", func(t *testing.T, root string, a, b *LocalStore) {
 			mustAcquire(t, a, key)
@@ -112,22 +104,6 @@ func TestLocalContract(t *testing.T) {
 			g := mustAcquire(t, b, key)
 			if g.Epoch != 2 || !g.PreviousUnclean {
 				t.Fatalf("after crash: %+v; want epoch 2 unclean", g)
-			}
-		}},
-		{"R6 renew keeps the grant", func(t *testing.T, root string, a, b *LocalStore) {
-			g := mustAcquire(t, a, key)
-			r, err := a.Renew(ctx, g)
-			if err != nil || r != g {
-				t.Fatalf("Renew = %+v, %v; want %+v", r, err, g)
-			}
-		}},
-		{"R6 renew after release is ErrLost", func(t *testing.T, root string, a, b *LocalStore) {
-			g := mustAcquire(t, a, key)
-			if err := a.Release(ctx, g); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.Renew(ctx, g); !errors.Is(err, ErrLost) {
-				t.Fatalf("Renew after release = %v; want ErrLost", err)
 			}
 		}},
 		{"R6 renew of a grant another holder took is ErrLost, not ErrHeld", func(t *testing.T, root string, a, b *LocalStore) {
@@ -159,15 +135,6 @@ func TestLocalContract(t *testing.T) {
 			}
 			if _, err := a.Renew(ctx, g); !errors.Is(err, ErrLost) {
 				t.Fatalf("Renew = %v; want ErrLost", err)
-			}
-		}},
-		{"R7 release twice is ErrLost", func(t *testing.T, root string, a, b *LocalStore) {
-			g := mustAcquire(t, a, key)
-			if err := a.Release(ctx, g); err != nil {
-				t.Fatal(err)
-			}
-			if err := a.Release(ctx, g); !errors.Is(err, ErrLost) {
-				t.Fatalf("second Release = %v; want ErrLost", err)
 			}
 		}},
 		{"R7 release by an instance that does not hold the grant is ErrLost", func(t *testing.T, root string, a, b *LocalStore) {
@@ -203,19 +170,13 @@ func TestLocalContract(t *testing.T) {
 				t.Fatalf("Holder after the holder crashed = %v; want ErrNotFound", err)
 			}
 		}},
-		{"R1 invalid keys touch nothing", func(t *testing.T, root string, a, b *LocalStore) {
-			for _, k := range []string{"", "/a", "a/", "a//b", "a/../b", ".", "a b", "ключ", strings.Repeat("k", 257)} {
-				if _, err := a.Acquire(ctx, k); !errors.Is(err, ErrInvalidKey) {
-					t.Errorf("Acquire(%q) = %v; want ErrInvalidKey", k, err)
+		{"R1 invalid keys create no file", func(t *testing.T, root string, a, b *LocalStore) {
+			for _, bad := range badKeys {
+				if _, err := a.Acquire(ctx, bad.key); !errors.Is(err, ErrInvalidKey) {
+					t.Errorf("Acquire(%s) = %v; want ErrInvalidKey", bad.name, err)
 				}
-				if _, err := a.Holder(ctx, k); !errors.Is(err, ErrInvalidKey) {
-					t.Errorf("Holder(%q) = %v; want ErrInvalidKey", k, err)
-				}
-				if _, err := a.Renew(ctx, Grant{Key: k, Owner: "a", Epoch: 1}); !errors.Is(err, ErrInvalidKey) {
-					t.Errorf("Renew(%q) = %v; want ErrInvalidKey", k, err)
-				}
-				if err := a.Release(ctx, Grant{Key: k, Owner: "a", Epoch: 1}); !errors.Is(err, ErrInvalidKey) {
-					t.Errorf("Release(%q) = %v; want ErrInvalidKey", k, err)
+				if _, err := a.Holder(ctx, bad.key); !errors.Is(err, ErrInvalidKey) {
+					t.Errorf("Holder(%s) = %v; want ErrInvalidKey", bad.name, err)
 				}
 			}
 			if ents, _ := os.ReadDir(root); len(ents) != 0 {
@@ -224,26 +185,6 @@ func TestLocalContract(t *testing.T) {
 			long := strings.Repeat("k", 256) // the longest valid key fits a slot
 			if g := mustAcquire(t, a, long); g.Epoch != 1 {
 				t.Fatalf("longest key: %+v", g)
-			}
-		}},
-		{"closed store refuses every call; Close is idempotent", func(t *testing.T, root string, a, b *LocalStore) {
-			g := mustAcquire(t, a, key)
-			for range 2 {
-				if err := a.Close(); err != nil {
-					t.Fatalf("Close = %v", err)
-				}
-			}
-			if _, err := a.Acquire(ctx, key); !errors.Is(err, ErrClosed) {
-				t.Errorf("Acquire = %v; want ErrClosed", err)
-			}
-			if _, err := a.Renew(ctx, g); !errors.Is(err, ErrClosed) {
-				t.Errorf("Renew = %v; want ErrClosed", err)
-			}
-			if err := a.Release(ctx, g); !errors.Is(err, ErrClosed) {
-				t.Errorf("Release = %v; want ErrClosed", err)
-			}
-			if _, err := a.Holder(ctx, key); !errors.Is(err, ErrClosed) {
-				t.Errorf("Holder = %v; want ErrClosed", err)
 			}
 		}},
 		{"a cancelled context is returned before storage is touched", func(t *testing.T, root string, a, b *LocalStore) {
@@ -645,4 +586,26 @@ func TestLocalGoroutines(t *testing.T) {
 			t.Fatalf("grant %d has epoch %d; want %d (epochs %v)", i, e, i+1, epochs)
 		}
 	}
+}
+
+// The rapid model test (model_test.go) also runs against the local store:
+// its crash action closes a store, which drops its flocks without writing.
+func init() {
+	modelBackends = append(modelBackends, modelBackend{
+		name: "local",
+		newBackend: func(t *rapid.T, clock *fakeClock) func(string) Store {
+			root, err := os.MkdirTemp("", "lease-model-")
+			if err != nil {
+				t.Fatalf("MkdirTemp: %v", err)
+			}
+			t.Cleanup(func() { os.RemoveAll(root) })
+			return func(owner string) Store {
+				s, err := NewLocalStore(root, WithOwner(owner), WithClock(clock.Now))
+				if err != nil {
+					t.Fatalf("NewLocalStore: %v", err)
+				}
+				return s
+			}
+		},
+	})
 }

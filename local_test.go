@@ -137,6 +137,25 @@ func TestLocalCases(t *testing.T) {
 				t.Fatalf("Renew = %v; want ErrLost", err)
 			}
 		}},
+		{"R6 renew of a record someone else rewrote is ErrLost and frees the flock", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			// A foreign writer that ignores the flock names another holder.
+			f, err := os.OpenFile(a.lockPath(key), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := writeRecord(f, 2, Record{Key: key, Owner: "intruder", Epoch: 5}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Renew(ctx, g); !errors.Is(err, ErrLost) {
+				t.Fatalf("Renew = %v; want ErrLost", err)
+			}
+			wantFlockFree(t, a.lockPath(key))
+			if g := mustAcquire(t, b, key); g.Epoch != 6 || !g.PreviousUnclean {
+				t.Fatalf("after the intruder: %+v; want epoch 6 unclean", g)
+			}
+		}},
 		{"R7 release by an instance that does not hold the grant is ErrLost", func(t *testing.T, root string, a, b *LocalStore) {
 			g := mustAcquire(t, a, key)
 			if err := b.Release(ctx, g); !errors.Is(err, ErrLost) {
@@ -608,4 +627,81 @@ func init() {
 			}
 		},
 	})
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("counting descriptors needs /proc: %v", err)
+	}
+	return len(ents)
+}
+
+// TestLocalNoDescriptorLeft: held keys cost descriptors until Release or
+// Close, and refused or contended calls cost none.
+func TestLocalNoDescriptorLeft(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	a := newLocal(t, root, WithOwner("a"))
+	b := newLocal(t, root, WithOwner("b"))
+	g := mustAcquire(t, a, "warm-up") // lets the runtime open what it keeps open
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	base := openFDs(t)
+	g = mustAcquire(t, a, "k1")
+	mustAcquire(t, a, "k2")
+	mustAcquire(t, a, "k2")
+	if _, err := b.Acquire(ctx, "k1"); !errors.Is(err, ErrHeld) {
+		t.Fatalf("Acquire = %v; want ErrHeld", err)
+	}
+	if _, err := b.Holder(ctx, "k2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Holder(ctx, "k1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Holder = %v; want ErrNotFound", err)
+	}
+	if n := openFDs(t); n != base+2 {
+		t.Fatalf("%d descriptors open holding one key; want %d (two per held key)", n, base+2)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := openFDs(t); n != base {
+		t.Fatalf("%d descriptors open after Close; want %d", n, base)
+	}
+}
+
+// TestLocalInodeCheck: a record descriptor that is not the locked inode
+// (the lock file was replaced between the flock and the open) is refused.
+func TestLocalInodeCheck(t *testing.T) {
+	dir := t.TempDir()
+	s := newLocal(t, dir)
+	locked, other := filepath.Join(dir, "locked"), filepath.Join(dir, "other")
+	fl := flock.New(locked)
+	if ok, err := fl.TryLock(); !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	defer fl.Unlock()
+	f, err := os.Create(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := s.sameInode(&localLock{fl: fl, f: f}); err == nil {
+		t.Fatal("sameInode accepted a descriptor on another file")
+	}
+	g, err := os.Open(locked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := s.sameInode(&localLock{fl: fl, f: g}); err != nil {
+		t.Fatalf("sameInode refused the locked file: %v", err)
+	}
 }

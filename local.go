@@ -147,7 +147,7 @@ func (s *LocalStore) Acquire(ctx context.Context, key string) (Grant, error) {
 	for try := 0; ; try++ {
 		h, locked, err := s.tryLock(key)
 		if err != nil {
-			return Grant{}, &StorageError{Op: "acquire", Key: key, Err: err}
+			return Grant{}, s.storageErr("acquire", key, err)
 		}
 		if locked {
 			return s.acquireLocked(key, h)
@@ -164,7 +164,7 @@ func (s *LocalStore) Acquire(ctx context.Context, key string) (Grant, error) {
 		}
 		if try == localPeekTries {
 			if rerr != nil {
-				return Grant{}, &StorageError{Op: "acquire", Key: key, Err: rerr}
+				return Grant{}, s.storageErr("acquire", key, rerr)
 			}
 			// The flock's holder never wrote its record: name no owner.
 			return Grant{}, &HeldError{Key: key}
@@ -185,7 +185,7 @@ func (s *LocalStore) reacquire(key string) (Grant, bool, error) {
 	}
 	rec, _, err := readRecord(h.f, key)
 	if err != nil {
-		return Grant{}, false, &StorageError{Op: "acquire", Key: key, Err: err}
+		return Grant{}, false, s.storageErr("acquire", key, err)
 	}
 	mine := names(rec, h.grant) && s.stillLinked(key, h)
 	out := decide(acquireInput{Stored: rec, Mine: mine, Expired: !mine, Owner: s.cfg.owner})
@@ -202,7 +202,7 @@ func (s *LocalStore) acquireLocked(key string, h *localLock) (Grant, error) {
 	rec, seq, err := readRecord(h.f, key)
 	if err != nil { // R10: give the flock back, write nothing
 		s.unlock(h)
-		return Grant{}, &StorageError{Op: "acquire", Key: key, Err: err}
+		return Grant{}, s.storageErr("acquire", key, err)
 	}
 	// We hold the flock, so the record's holder, if any, is gone.
 	out := decide(acquireInput{Stored: rec, Expired: true, Owner: s.cfg.owner})
@@ -289,7 +289,7 @@ func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 	if h := s.heldLock(key); h != nil {
 		rec, _, err := readRecord(h.f, key)
 		if err != nil {
-			return Record{}, &StorageError{Op: "holder", Key: key, Err: err}
+			return Record{}, s.storageErr("holder", key, err)
 		}
 		if names(rec, h.grant) {
 			return *rec, nil
@@ -302,12 +302,12 @@ func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 		}
 		free, err := s.flockFree(key)
 		if err != nil {
-			return Record{}, &StorageError{Op: "holder", Key: key, Err: err}
+			return Record{}, s.storageErr("holder", key, err)
 		}
 		again, aerr := s.peek(key)
 		switch {
 		case free && aerr != nil: // nobody is writing: the record is damaged (R10)
-			return Record{}, &StorageError{Op: "holder", Key: key, Err: aerr}
+			return Record{}, s.storageErr("holder", key, aerr)
 		case free: // never written, released, or its holder died
 			return Record{}, ErrNotFound
 		case aerr == nil && again != nil && !again.Released:
@@ -315,7 +315,7 @@ func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 		case aerr == nil:
 			return Record{}, ErrNotFound
 		case try == localPeekTries:
-			return Record{}, &StorageError{Op: "holder", Key: key, Err: aerr}
+			return Record{}, s.storageErr("holder", key, aerr)
 		}
 		// The flock is taken and the record unreadable: perhaps the
 		// holder's first write is in flight. Look again.
@@ -379,7 +379,7 @@ func (s *LocalStore) confirm(op string, g Grant) (*localLock, error) {
 	}
 	rec, seq, err := readRecord(h.f, g.Key)
 	if err != nil {
-		return nil, &StorageError{Op: op, Key: g.Key, Err: err}
+		return nil, s.storageErr(op, g.Key, err)
 	}
 	if !h.fl.Locked() || !names(rec, h.grant) || !s.stillLinked(g.Key, h) {
 		s.drop(g.Key, h)
@@ -520,7 +520,8 @@ func (s *LocalStore) write(h *localLock, seq uint64, g Grant, released bool) err
 	return nil
 }
 
-// storageErr wraps a failed write; after Close it is ErrClosed.
+// storageErr wraps a storage failure. After Close it is ErrClosed: a call
+// in flight may find its descriptors closed under it.
 func (s *LocalStore) storageErr(op, key string, err error) error {
 	s.mu.Lock()
 	closed := s.closed

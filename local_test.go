@@ -705,3 +705,56 @@ func TestLocalInodeCheck(t *testing.T) {
 		t.Fatalf("sameInode refused the locked file: %v", err)
 	}
 }
+
+// TestLocalCloseWhileBusy: Close while other goroutines use the store ends
+// every call with ErrClosed (or an answer it had before), never a storage
+// error, and leaves no descriptor open.
+func TestLocalCloseWhileBusy(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	warm := newLocal(t, root)
+	g := mustAcquire(t, warm, "warm-up")
+	if err := warm.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	base := openFDs(t)
+	s, err := NewLocalStore(root, WithOwner("busy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := range 4 {
+		wg.Go(func() {
+			key := fmt.Sprintf("k%d", i)
+			for {
+				g, err := s.Acquire(ctx, key)
+				if err == nil {
+					_, err = s.Renew(ctx, g)
+				}
+				if err == nil {
+					err = s.Release(ctx, g)
+				}
+				switch {
+				case errors.Is(err, ErrClosed):
+					return
+				case err != nil && !errors.Is(err, ErrLost):
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	g = mustAcquire(t, s, "k-extra") // at least one key held at Close
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("call racing Close: %v; want ErrClosed", err)
+	}
+	if n := openFDs(t); n != base {
+		t.Fatalf("%d descriptors open after Close; want %d", n, base)
+	}
+}

@@ -227,7 +227,7 @@ func TestLocalCases(t *testing.T) {
 	}
 }
 
-// TestLocalRoot: a root that is a file, is not writable, or sits in a
+// TestLocalRoot (NewLocalStore; R1 for owners): a root that is a file, is not writable, or sits in a
 // directory that does not exist is refused at NewLocalStore; a missing root
 // is created owner-only, and so are lock files.
 func TestLocalRoot(t *testing.T) {
@@ -268,7 +268,7 @@ func TestLocalRoot(t *testing.T) {
 	}
 }
 
-// TestLocalOpen: Open accepts file:/dir and file:///dir, not a host.
+// TestLocalOpen (R11): Open accepts file:/dir and file:///dir, not a host.
 func TestLocalOpen(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -639,7 +639,7 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
-// TestLocalNoDescriptorLeft: held keys cost descriptors until Release or
+// TestLocalNoDescriptorLeft (Close, R4f): held keys cost descriptors until Release or
 // Close, and refused or contended calls cost none.
 func TestLocalNoDescriptorLeft(t *testing.T) {
 	ctx := context.Background()

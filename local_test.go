@@ -227,8 +227,8 @@ func TestLocalCases(t *testing.T) {
 	}
 }
 
-// TestLocalRoot (NewLocalStore; R1 for owners): a root that is a file, is not writable, or sits in a
-// directory that does not exist is refused at NewLocalStore; a missing root
+// TestLocalRoot (NewLocalStore; R1 for owners): a root that is a file, is
+// not writable, or sits in a directory that does not exist is refused at NewLocalStore; a missing root
 // is created owner-only, and so are lock files.
 func TestLocalRoot(t *testing.T) {
 	dir := t.TempDir()
@@ -639,8 +639,8 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
-// TestLocalNoDescriptorLeft (Close, R4f): held keys cost descriptors until Release or
-// Close, and refused or contended calls cost none.
+// TestLocalNoDescriptorLeft (Close, R4f): held keys cost descriptors until
+// Release or Close, and refused or contended calls cost none.
 func TestLocalNoDescriptorLeft(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()

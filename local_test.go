@@ -228,8 +228,8 @@ func TestLocalCases(t *testing.T) {
 }
 
 // TestLocalRoot (NewLocalStore; R1 for owners): a root that is a file, is
-// not writable, or sits in a directory that does not exist is refused at NewLocalStore; a missing root
-// is created owner-only, and so are lock files.
+// not writable, or sits in a directory that does not exist is refused at
+// NewLocalStore; a missing root is created owner-only, and so are lock files.
 func TestLocalRoot(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")

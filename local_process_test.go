@@ -204,8 +204,8 @@ func TestLocalProcessKilled(t *testing.T) {
 }
 
 // TestLocalNotInherited (R4f, R5): a child process started while a key is
-// held does not inherit the lock's descriptors, so the key is free once its holder is
-// gone even while the child lives.
+// held does not inherit the lock's descriptors, so the key is free once
+// its holder is gone even while the child lives.
 func TestLocalNotInherited(t *testing.T) {
 	root := t.TempDir()
 	a := newLocal(t, root, WithOwner("parent"))

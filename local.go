@@ -46,6 +46,7 @@ type LocalStore struct {
 type localLock struct {
 	fl    *flock.Flock // owns the descriptor that holds the flock
 	f     *os.File     // a second descriptor on the same inode, for the record
+	id    fileID       // the inode both descriptors are on
 	seq   uint64       // write number of the newest record in the file (0: none)
 	grant Grant        // the grant the record names; zero until acquired
 	done  sync.Once    // gives the flock up once, whoever gets there first
@@ -396,56 +397,45 @@ func names(rec *Record, g Grant) bool {
 
 // tryLock takes key's flock without waiting. locked is false when another
 // holder has it. The lock file is created if missing and never removed.
+//
+// After the flock is taken, the path must still name the inode that was
+// locked: if someone replaced the file, the flock would guard a file that
+// nobody else opens. The order below checks that without reading the
+// locked descriptor's timestamps (see fileIDOf): the record descriptor is
+// opened first and pins its inode, whose number therefore cannot be reused;
+// the flock's own open comes next; and a path that names the pinned inode
+// both before and after that open named it during the open too, since the
+// store never unlinks, renames or links lock files.
 func (s *LocalStore) tryLock(key string) (h *localLock, locked bool, err error) {
 	path := s.lockPath(key)
-	fl := flock.New(path,
-		flock.SetFlag(os.O_CREATE|os.O_RDONLY|openFlags),
-		flock.SetPermissions(0o600))
-	s.roundTrips.Add(1)
-	if ok, err := fl.TryLock(); err != nil || !ok {
+	f, err := openFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
 		return nil, false, lockFileErr(err)
 	}
-	h = &localLock{fl: fl}
-	f, err := openFile(path, os.O_RDWR)
-	if err == nil {
-		h.f = f
-		err = s.sameInode(h)
-	}
-	err = lockFileErr(err)
+	id, err := fileIDOf(f)
 	if err != nil {
-		s.unlock(h)
+		f.Close()
 		return nil, false, err
 	}
+	fl := flock.New(path, flock.SetFlag(os.O_RDONLY|openFlags))
+	s.roundTrips.Add(1)
+	if ok, err := fl.TryLock(); err != nil || !ok {
+		f.Close()
+		return nil, false, lockFileErr(err)
+	}
+	h = &localLock{fl: fl, f: f, id: id}
+	if !s.stillLinked(key, h) {
+		s.unlock(h)
+		return nil, false, fmt.Errorf("lock file %s was replaced while being locked", path)
+	}
 	return h, true, nil
-}
-
-// sameInode checks that h's record descriptor, opened by path after the
-// flock was taken, is the inode the flock is on. If someone replaced the
-// file, the flock would guard a file nobody else opens.
-func (s *LocalStore) sameInode(h *localLock) error {
-	locked, err := h.fl.Stat() // fstat of the locked descriptor
-	if err != nil {
-		return err
-	}
-	opened, err := h.f.Stat()
-	if err != nil {
-		return err
-	}
-	if !os.SameFile(locked, opened) {
-		return fmt.Errorf("lock file %s was replaced while being locked", h.fl.Path())
-	}
-	return nil
 }
 
 // stillLinked reports whether key's lock file path still names the inode
 // that h has locked.
 func (s *LocalStore) stillLinked(key string, h *localLock) bool {
-	now, err := os.Stat(s.lockPath(key))
-	if err != nil {
-		return false
-	}
-	mine, err := h.f.Stat()
-	return err == nil && os.SameFile(now, mine)
+	now, err := pathID(s.lockPath(key))
+	return err == nil && now.same(h.id)
 }
 
 // flockFree reports whether nobody holds key's flock, by taking it for an
@@ -467,7 +457,7 @@ func (s *LocalStore) flockFree(key string) (bool, error) {
 // peek reads key's record without the flock. A reader racing a writer may
 // see the slot being written torn; it then reads the other, older slot.
 func (s *LocalStore) peek(key string) (*Record, error) {
-	f, err := openFile(s.lockPath(key), os.O_RDONLY)
+	f, err := openFile(s.lockPath(key), os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -483,9 +473,9 @@ func (s *LocalStore) peek(key string) (*Record, error) {
 // os.OpenFile does to try a file with the network poller (four fcntl and
 // epoll calls that fail on a regular file anyway): a third of an acquire's
 // system calls.
-func openFile(path string, flag int) (*os.File, error) {
+func openFile(path string, flag int, perm uint32) (*os.File, error) {
 	for {
-		fd, err := syscall.Open(path, flag|openFlags, 0)
+		fd, err := syscall.Open(path, flag|openFlags, perm)
 		switch {
 		case err == syscall.EINTR:
 			continue

@@ -679,32 +679,43 @@ func TestLocalNoDescriptorLeft(t *testing.T) {
 	}
 }
 
-// TestLocalInodeCheck: a record descriptor that is not the locked inode
-// (the lock file was replaced between the flock and the open) is refused.
+// TestLocalInodeCheck: fileIDOf and pathID, which tell whether the lock
+// file path still names the locked inode, agree on one file and its hard
+// links and tell a replaced file apart.
 func TestLocalInodeCheck(t *testing.T) {
 	dir := t.TempDir()
-	s := newLocal(t, dir)
-	locked, other := filepath.Join(dir, "locked"), filepath.Join(dir, "other")
-	fl := flock.New(locked)
-	if ok, err := fl.TryLock(); !ok || err != nil {
-		t.Fatalf("TryLock = %v, %v", ok, err)
-	}
-	defer fl.Unlock()
-	f, err := os.Create(other)
+	path, link := filepath.Join(dir, "lock"), filepath.Join(dir, "link")
+	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := s.sameInode(&localLock{fl: fl, f: f}); err == nil {
-		t.Fatal("sameInode accepted a descriptor on another file")
-	}
-	g, err := os.Open(locked)
-	if err != nil {
+	if err := os.Link(path, link); err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close()
-	if err := s.sameInode(&localLock{fl: fl, f: g}); err != nil {
-		t.Fatalf("sameInode refused the locked file: %v", err)
+	id := func(get func() (fileID, error)) fileID {
+		t.Helper()
+		v, err := get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	byFD := id(func() (fileID, error) { return fileIDOf(f) })
+	if !byFD.same(id(func() (fileID, error) { return pathID(path) })) {
+		t.Fatal("a descriptor and its path name different inodes")
+	}
+	if !byFD.same(id(func() (fileID, error) { return pathID(link) })) {
+		t.Fatal("a hard link names a different inode")
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if byFD.same(id(func() (fileID, error) { return pathID(path) })) {
+		t.Fatal("a replaced file has the old inode")
 	}
 }
 

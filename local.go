@@ -469,10 +469,9 @@ func (s *LocalStore) peek(key string) (*Record, error) {
 	return rec, err
 }
 
-// openFile opens an existing lock file with openFlags. It skips what
-// os.OpenFile does to try a file with the network poller (four fcntl and
-// epoll calls that fail on a regular file anyway): a third of an acquire's
-// system calls.
+// openFile opens a lock file with openFlags. It skips what os.OpenFile
+// does to try a file with the network poller (four fcntl and an epoll call
+// that fail on a regular file anyway).
 func openFile(path string, flag int, perm uint32) (*os.File, error) {
 	for {
 		fd, err := syscall.Open(path, flag|openFlags, perm)

@@ -159,7 +159,10 @@ func (s *LocalStore) Acquire(ctx context.Context, key string) (Grant, error) {
 		rec, rerr := s.peek(key)
 		live := rerr == nil && rec != nil && !rec.Released
 		// An unreleased record is named only when the flock is seen taken
-		// twice: Holder's probe takes a dead holder's flock for a moment.
+		// twice, a pause apart. It may be a dead holder's, with the flock
+		// taken by a winner whose record (written a few system calls
+		// after its flock, visible before its fdatasync) has not appeared
+		// yet, or by Holder probing for a moment whether its holder died.
 		if live && try > 0 {
 			return Grant{}, heldBy(*rec)
 		}

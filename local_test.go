@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -764,4 +765,59 @@ func TestLocalCloseWhileBusy(t *testing.T) {
 	if n := openFDs(t, root); n != 0 {
 		t.Fatalf("%d descriptors open after Close; want none", n)
 	}
+}
+
+// TestLocalLoserWaitsForWinnersRecord (R5): between a winner taking the
+// flock and writing its record, the record still shows the last, released
+// holder. A loser must not name that holder: it looks again until the
+// winner's record appears. A flock whose holder never writes is reported
+// as held by an unnamed owner, after a bounded wait.
+func TestLocalLoserWaitsForWinnersRecord(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	a := newLocal(t, root, WithOwner("old"))
+	g := mustAcquire(t, a, "k")
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	path := a.lockPath("k")
+
+	// The "winner": takes the flock by hand and has not written yet.
+	winner := flock.New(path)
+	if ok, err := winner.TryLock(); !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	defer winner.Unlock()
+	loser := newLocal(t, root, WithOwner("loser"))
+	got := make(chan error, 1)
+	go func() {
+		_, err := loser.Acquire(ctx, "k")
+		got <- err
+	}()
+	// Write only once the loser has found the flock taken twice, so that it
+	// has certainly seen the released record.
+	for loser.roundTrips.Load() < 2 {
+		select {
+		case err := <-got:
+			t.Fatalf("Acquire returned %v before the winner wrote its record", err)
+		default:
+			runtime.Gosched()
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := writeRecord(f, 3, Record{Key: "k", Owner: "winner", Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	wantHeld(t, <-got, "winner", 2)
+
+	// A holder that never writes: the loser gives up looking and names nobody.
+	if err := writeRecord(f, 4, Record{Key: "k", Owner: "winner", Epoch: 2, Released: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = loser.Acquire(ctx, "k")
+	wantHeld(t, err, "", 0)
 }

@@ -52,12 +52,6 @@ type localLock struct {
 	done  sync.Once    // gives the flock up once, whoever gets there first
 }
 
-// openFlags go on every open of a lock file. O_CLOEXEC: a child process
-// must not inherit a descriptor, or it would keep the flock alive after its
-// parent died (Go sets it anyway; it is stated here so nobody drops it).
-// O_NOFOLLOW: a symlink planted under the root must not redirect the store.
-const openFlags = syscall.O_CLOEXEC | syscall.O_NOFOLLOW
-
 // Bounds on how long a loser of a race waits for the winner's record to
 // appear before it names the winner (R5): the winner writes one record
 // between taking the flock and returning, well under a second.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
-	"syscall"
 )
 
 // The record of a local key lives in its lock file, in two slots:
@@ -127,28 +126,6 @@ func readRecord(f *os.File, key string) (rec *Record, seq uint64, err error) {
 		return nil, 0, err
 	}
 	return rec, seq, nil
-}
-
-// preadOnce reads from offset 0 with one pread(2). Unlike ReadAt it does
-// not call again to learn that a short read was the end of the file: a
-// regular file this small is read whole by one call.
-func preadOnce(f *os.File, buf []byte) (n int, err error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var rerr error
-	if err := rc.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = syscall.Pread(int(fd), buf, 0)
-			if rerr != syscall.EINTR {
-				return true
-			}
-		}
-	}); err != nil {
-		return 0, err
-	}
-	return n, rerr
 }
 
 // writeRecord stores rec as write number seq and makes it durable. The

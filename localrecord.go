@@ -29,17 +29,21 @@ import (
 // crash before its fdatasync returns leaves that slot with its old bytes,
 // its new bytes, or a mix. Old bytes carry seq n-1 (or are invalid), so
 // slot n stays the newest: the old state. New bytes carry seq n+1: the new
-// state. A mix fails its checksum and is ignored: the old state. Slot n is
+// state. A mix fails its checksum (CRC-32C: a torn slot passes by chance
+// with odds of 1 in 2^32) and is ignored: the old state. Slot n is
 // never written during write n+1, and the two slots sit in different 4 KiB
 // pages (and so different sectors on any common device) so tearing one
 // cannot damage the other. The new state is returned to a caller only after
 // fdatasync, so a grant or release the caller saw is never rolled back (R2,
 // R7).
 //
-// What the format cannot tell apart: a crash during the very first write of
-// a key (no grant was ever returned) leaves a file that fails both
-// checksums, which reads as ErrCorrupt, as would a record damaged later
-// (R10: fail closed). An empty file is a key that was never written.
+// The reader also refuses a file of any size but 0 and recFileLen, and two
+// valid slots whose write numbers are not consecutive: no crash leaves
+// those. What the format cannot tell apart: a crash during the very first
+// write of a key (no grant was returned yet) can leave a file that is
+// short or fails both checksums; it reads as ErrCorrupt, as a record
+// damaged later would (R10: fail closed). An empty file is a key that was
+// never written.
 const (
 	slotLen    = 1024                  // bytes per slot; fits the longest key and owner
 	slotStride = 4096                  // offset of slot 1: the slots never share a page

@@ -202,9 +202,15 @@ func TestLocalCases(t *testing.T) {
 			if ents, _ := os.ReadDir(root); len(ents) != 0 {
 				t.Fatalf("root holds %d entries after invalid keys; want none", len(ents))
 			}
-			long := strings.Repeat("k", 256) // the longest valid key fits a slot
-			if g := mustAcquire(t, a, long); g.Epoch != 1 {
+			// The longest key and the longest owner fit one slot together.
+			longOwner := strings.Repeat("o", 256)
+			s := newLocal(t, root, WithOwner(longOwner))
+			long := strings.Repeat("k", 256)
+			if g := mustAcquire(t, s, long); g.Epoch != 1 {
 				t.Fatalf("longest key: %+v", g)
+			}
+			if rec, err := a.Holder(ctx, long); err != nil || rec.Owner != longOwner || rec.Key != long {
+				t.Fatalf("Holder of the longest key = %+v, %v", rec, err)
 			}
 		}},
 		{"a cancelled context is returned before storage is touched", func(t *testing.T, root string, a, b *LocalStore) {

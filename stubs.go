@@ -9,7 +9,3 @@ import (
 func openMongoStore(ctx context.Context, url string, opts []Option) (Store, error) {
 	return nil, errors.New("lease: the mongodb:// store is not built yet")
 }
-
-func openLocalStore(root string, opts []Option) (Store, error) {
-	return nil, errors.New("lease: the file: store is not built yet")
-}

@@ -18,6 +18,22 @@ type keyLock struct {
 	refs int           // calls holding or waiting; guarded by keyLocks.mu
 }
 
+// begin starts a store call on key: it refuses an invalid key (R1), an
+// ended ctx and a closed store before touching anything, then waits for
+// key's lock.
+func (k *keyLocks) begin(ctx context.Context, key string, closed func() bool) (unlock func(), err error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if closed() {
+		return nil, ErrClosed
+	}
+	return k.lock(ctx, key)
+}
+
 // lock waits for key's lock or for ctx to end.
 func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err error) {
 	k.mu.Lock()

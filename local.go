@@ -339,22 +339,15 @@ func (s *LocalStore) Close() error {
 	return errors.Join(errs...)
 }
 
-// begin checks a call's arguments and state, then takes key's lock within
-// this instance.
+// begin checks a call's key, context and store, then takes key's lock.
 func (s *LocalStore) begin(ctx context.Context, key string) (unlock func(), err error) {
-	if err := ValidateKey(key); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+	return s.locks.begin(ctx, key, s.isClosed)
+}
+
+func (s *LocalStore) isClosed() bool {
 	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	return s.locks.lock(ctx, key)
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // heldLock returns key's entry in the table, or nil.

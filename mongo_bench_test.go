@@ -35,11 +35,11 @@ func BenchmarkMongo(b *testing.B) {
 
 	b.Run("acquire/store", func(b *testing.B) { // a new key: find, insert
 		s, _ := newStore(b)
-		measure(b, p, func(i int) error { _, err := s.Acquire(ctx, fmt.Sprintf("k%d", i)); return err })
+		measureMongo(b, p, func(i int) error { _, err := s.Acquire(ctx, fmt.Sprintf("k%d", i)); return err })
 	})
 	b.Run("acquire/floor", func(b *testing.B) {
 		_, coll := newStore(b)
-		measure(b, p, func(i int) error {
+		measureMongo(b, p, func(i int) error {
 			key := fmt.Sprintf("k%d", i)
 			if err := coll.FindOne(ctx, byID(key)).Err(); err != mongo.ErrNoDocuments {
 				return err
@@ -53,13 +53,13 @@ func BenchmarkMongo(b *testing.B) {
 		s, _ := newStore(b)
 		g, err := s.Acquire(ctx, "k")
 		must(b, err)
-		measure(b, p, func(int) error { g, err = s.Renew(ctx, g); return err })
+		measureMongo(b, p, func(int) error { g, err = s.Renew(ctx, g); return err })
 	})
 	b.Run("renew/floor", func(b *testing.B) {
 		_, coll := newStore(b)
 		_, err := coll.InsertOne(ctx, append(byID("k"), benchFields(1)...))
 		must(b, err)
-		measure(b, p, func(i int) error { return benchUpdate(ctx, coll, "k", int64(i+1)) })
+		measureMongo(b, p, func(i int) error { return benchUpdate(ctx, coll, "k", int64(i+1)) })
 	})
 
 	b.Run("release/store", func(b *testing.B) { // one conditional update
@@ -70,7 +70,7 @@ func BenchmarkMongo(b *testing.B) {
 			grants[i], err = s.Acquire(ctx, fmt.Sprintf("k%d", i))
 			must(b, err)
 		}
-		measure(b, p, func(i int) error { return s.Release(ctx, grants[i]) })
+		measureMongo(b, p, func(i int) error { return s.Release(ctx, grants[i]) })
 	})
 	b.Run("release/floor", func(b *testing.B) {
 		_, coll := newStore(b)
@@ -78,7 +78,7 @@ func BenchmarkMongo(b *testing.B) {
 			_, err := coll.InsertOne(ctx, append(byID(fmt.Sprintf("k%d", i)), benchFields(1)...))
 			must(b, err)
 		}
-		measure(b, p, func(i int) error { return benchUpdate(ctx, coll, fmt.Sprintf("k%d", i), 1) })
+		measureMongo(b, p, func(i int) error { return benchUpdate(ctx, coll, fmt.Sprintf("k%d", i), 1) })
 	})
 
 	b.Run("cycle/store", func(b *testing.B) { // acquire a released key, renew, release: find + 3 updates
@@ -86,7 +86,7 @@ func BenchmarkMongo(b *testing.B) {
 		g, err := s.Acquire(ctx, "k")
 		must(b, err)
 		must(b, s.Release(ctx, g))
-		measure(b, p, func(int) error {
+		measureMongo(b, p, func(int) error {
 			g, err := s.Acquire(ctx, "k")
 			if err == nil {
 				g, err = s.Renew(ctx, g)
@@ -102,7 +102,7 @@ func BenchmarkMongo(b *testing.B) {
 		_, err := coll.InsertOne(ctx, append(byID("k"), benchFields(1)...))
 		must(b, err)
 		v := int64(1)
-		measure(b, p, func(int) error {
+		measureMongo(b, p, func(int) error {
 			if err := coll.FindOne(ctx, byID("k")).Err(); err != nil {
 				return err
 			}
@@ -117,8 +117,8 @@ func BenchmarkMongo(b *testing.B) {
 	})
 }
 
-// measure runs op b.N times and reports the server round trips it made.
-func measure(b *testing.B, p *wireProxy, op func(i int) error) {
+// measureMongo runs op b.N times and reports the server round trips it made.
+func measureMongo(b *testing.B, p *wireProxy, op func(i int) error) {
 	b.Helper()
 	before := p.Seen("find") + p.Seen("insert") + p.Seen("update")
 	b.ResetTimer()

@@ -1,15 +1,12 @@
 package lease
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +21,9 @@ import (
 // sits behind a serialising proxy.
 
 func init() {
+	if os.Getenv(mongoUnsafeEnv) != "" {
+		mongoOpenOptions = []MongoOption{AllowUnsafeServer()}
+	}
 	testDrivers = append(testDrivers, testDriver{name: "mongodb", open: func(t *testing.T) Driver {
 		return newTestMongoDriver(t, sharedMongoClient(t))
 	}})
@@ -494,16 +494,8 @@ func TestMongoOpen(t *testing.T) {
 		mongoOpenOptions = []MongoOption{AllowUnsafeServer()}
 		t.Cleanup(func() { mongoOpenOptions = nil })
 	}
-	base := srv.uri
-	if srv.ferret {
-		base = mongoURIVia(srv, sharedProxy(t, srv).Addr())
-	}
 	coll := testCollection(t, sharedMongoClient(t)).Name()
-	// Put the database into the path and collection= first in the query.
-	scheme, rest, _ := strings.Cut(base, "://")
-	hostsAndPath, query, _ := strings.Cut(rest, "?")
-	hosts, _, _ := strings.Cut(hostsAndPath, "/")
-	url := scheme + "://" + hosts + "/lease_test?collection=" + coll + "&appName=opened&" + query
+	url := mongoStoreURL(t, coll) + "&appName=opened"
 	ctx := context.Background()
 	s, err := Open(ctx, url, WithOwner("opened"))
 	if err != nil {
@@ -563,140 +555,33 @@ func TestSplitMongoURL(t *testing.T) {
 	}
 }
 
-// mongoChildEnv selects the child role of TestMongoRaceProcesses_R5:
-// "uri|database|collection|owner".
-const mongoChildEnv = "LEASE_MONGO_RACE_CHILD"
+// mongoUnsafeEnv tells a child process of the shared cross-process harness
+// (proc_test.go) to let Open accept FerretDB behind the parent's
+// serialising proxy.
+const mongoUnsafeEnv = "LEASE_TEST_MONGO_UNSAFE"
 
-// TestMongoRaceProcesses_R5 races 8 separate OS processes (this test
-// binary re-executed), each with its own client and store, for one key
-// over 5 rounds: exactly one wins each round, the others get ErrHeld
-// naming it, and epochs go 1, 2, 3... without repeats (R2).
-func TestMongoRaceProcesses_R5(t *testing.T) {
-	const procs, rounds = 8, 5
-	srv := testMongo(t)
-	uri := srv.uri
-	if srv.ferret {
-		uri = mongoURIVia(srv, sharedProxy(t, srv).Addr())
+// TestMongoProcessRace_R5 runs the shared cross-process race on MongoDB: 8
+// separate OS processes (this test binary re-executed, each opening its
+// store with Open and its own client) race for one key over 6 rounds,
+// with takeovers after expiry: exactly one wins each round, the others get
+// ErrHeld naming it, and epochs go 1, 2, 3... without repeats (R2).
+func TestMongoProcessRace_R5(t *testing.T) {
+	if testMongo(t).ferret {
+		t.Setenv(mongoUnsafeEnv, "1")
 	}
-	coll := testCollection(t, sharedMongoClient(t))
-	type child struct {
-		in  io.WriteCloser
-		out *bufio.Scanner
-	}
-	children := make([]child, procs)
-	for i := range children {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMongoRaceChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), mongoChildEnv+"="+strings.Join(
-			[]string{uri, coll.Database().Name(), coll.Name(), fmt.Sprintf("proc-%d", i)}, "|"))
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { in.Close(); cmd.Wait() })
-		children[i] = child{in: in, out: bufio.NewScanner(out)}
-	}
-	// ask sends cmd to the children and returns their answers.
-	ask := func(cmd string, to []child) []string {
-		for _, c := range to {
-			if _, err := io.WriteString(c.in, cmd+"\n"); err != nil {
-				t.Fatalf("child: %v", err)
-			}
-		}
-		answers := make([]string, len(to))
-		for i, c := range to {
-			for c.out.Scan() { // skip the test framework's own lines
-				if a, ok := strings.CutPrefix(c.out.Text(), "answer: "); ok {
-					answers[i] = a
-					break
-				}
-			}
-			if answers[i] == "" {
-				t.Fatalf("child %d died: %v", i, c.out.Err())
-			}
-		}
-		return answers
-	}
-	ask("ready", children) // every child has connected and built its store
-	for round := 1; round <= rounds; round++ {
-		answers := ask("acquire", children)
-		winner := -1
-		for i, a := range answers {
-			if strings.HasPrefix(a, "granted ") {
-				if winner >= 0 {
-					t.Fatalf("round %d: two winners: %q and %q (R5)", round, answers[winner], a)
-				}
-				winner = i
-			}
-		}
-		if winner < 0 {
-			t.Fatalf("round %d: no winner: %q", round, answers)
-		}
-		want := fmt.Sprintf("proc-%d %d", winner, round)
-		if answers[winner] != "granted "+want {
-			t.Fatalf("round %d: winner said %q; want %q (R2)", round, answers[winner], "granted "+want)
-		}
-		for i, a := range answers {
-			if i != winner && a != "held "+want {
-				t.Fatalf("round %d: loser %d said %q; want %q (R5)", round, i, a, "held "+want)
-			}
-		}
-		if a := ask("release", children[winner:winner+1]); a[0] != "released" {
-			t.Fatalf("round %d: release: %q", round, a[0])
-		}
-	}
+	processRace(t, mongoStoreURL(t, testCollection(t, sharedMongoClient(t)).Name()), true)
 }
 
-// TestMongoRaceChild is the child role of TestMongoRaceProcesses_R5; run
-// without its environment variable, it does nothing.
-func TestMongoRaceChild(t *testing.T) {
-	env := os.Getenv(mongoChildEnv)
-	if env == "" {
-		return
+// mongoStoreURL is an Open URL for collection coll of database lease_test,
+// through the shared serialising proxy for FerretDB.
+func mongoStoreURL(t testing.TB, coll string) string {
+	srv := testMongo(t)
+	base := srv.uri
+	if srv.ferret {
+		base = mongoURIVia(srv, sharedProxy(t, srv).Addr())
 	}
-	parts := strings.Split(env, "|")
-	c, err := mongo.Connect(options.Client().ApplyURI(parts[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Disconnect(context.Background())
-	d := newTestMongoDriverOn(t, c.Database(parts[1]).Collection(parts[2]))
-	s, err := NewDocumentStore(d, WithOwner(parts[3]), WithTTL(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	var g Grant
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		var answer string
-		switch in.Text() {
-		case "ready":
-			err = c.Ping(ctx, nil)
-			answer = "ready"
-		case "acquire":
-			var he *HeldError
-			g, err = s.Acquire(ctx, "race/key")
-			switch {
-			case err == nil:
-				answer = fmt.Sprintf("granted %s %d", g.Owner, g.Epoch)
-			case errors.As(err, &he):
-				answer, err = fmt.Sprintf("held %s %d", he.Owner, he.Epoch), nil
-			}
-		case "release":
-			err = s.Release(ctx, g)
-			answer = "released"
-		}
-		if err != nil {
-			answer = "error " + strings.ReplaceAll(err.Error(), "\n", " ")
-		}
-		fmt.Printf("answer: %s\n", answer)
-	}
+	scheme, rest, _ := strings.Cut(base, "://")
+	hostsAndPath, query, _ := strings.Cut(rest, "?")
+	hosts, _, _ := strings.Cut(hostsAndPath, "/")
+	return scheme + "://" + hosts + "/lease_test?collection=" + coll + "&" + query
 }

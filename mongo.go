@@ -132,6 +132,12 @@ func (d *mongoDriver) Get(ctx context.Context, key string) (Record, uint64, erro
 // Put inserts (Absent) or updates the document filtered on _id and version.
 // A duplicate _id or an update that matches nothing is ErrConflict; any
 // other failure leaves the outcome unknown, and the store re-reads (R9).
+//
+// The MongoDB driver may retry a write once after a network error. On a
+// replica set the server runs a retried write at most once and answers
+// the retry with the first attempt's result, so a conflict here is never
+// this write's own earlier attempt; on a standalone server it does not
+// retry.
 func (d *mongoDriver) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
 	if err := d.usable(ctx); err != nil {
 		return 0, err
@@ -149,7 +155,7 @@ func (d *mongoDriver) insert(ctx context.Context, rec Record) (uint64, error) {
 	case err == nil:
 		return 1, nil
 	case mongo.IsDuplicateKeyError(err):
-		return d.conflict(ctx, rec, 1)
+		return 0, ErrConflict
 	}
 	return 0, fmt.Errorf("lease: mongodb insert %q: %w", rec.Key, err)
 }
@@ -166,24 +172,9 @@ func (d *mongoDriver) update(ctx context.Context, rec Record, version uint64) (u
 	case err != nil:
 		return 0, fmt.Errorf("lease: mongodb update %q: %w", rec.Key, err)
 	case res.MatchedCount == 0:
-		return d.conflict(ctx, rec, next)
+		return 0, ErrConflict
 	}
 	return next, nil
-}
-
-// conflict confirms that a write which found its precondition broken did
-// not land after all. A retried write (the driver retries once after a
-// network error) can find its own first attempt: then the document is
-// exactly what this write would have stored, and the write succeeded.
-func (d *mongoDriver) conflict(ctx context.Context, rec Record, version uint64) (uint64, error) {
-	got, gotVersion, err := d.Get(ctx, rec.Key)
-	switch {
-	case err != nil && !errors.Is(err, ErrNotFound):
-		return 0, err // outcome unknown
-	case err == nil && gotVersion == version && got.Key == rec.Key && sameState(got, rec):
-		return version, nil
-	}
-	return 0, ErrConflict
 }
 
 // mongoFields are a document's fields other than _id.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -50,7 +49,10 @@ type proxyFault struct {
 
 // newWireProxy starts a proxy to backend ("host:port") and stops it when
 // the test ends.
-func newWireProxy(t testing.TB, backend string) *wireProxy {
+func newWireProxy(t interface {
+	fatalT
+	Cleanup(func())
+}, backend string) *wireProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -54,9 +54,15 @@ var (
 	mongoProxy  *wireProxy // the serialising proxy shared by tests that inject no faults
 )
 
+// fatalT is what the server helpers need of a test; *rapid.T has it too.
+type fatalT interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // testMongo returns the server, starting it on first use. A test that
 // cannot get one fails and says how to provide one.
-func testMongo(t testing.TB) mongoServer {
+func testMongo(t fatalT) mongoServer {
 	t.Helper()
 	mongoOnce.Do(func() { mongoShared, mongoErr = startMongo() })
 	if mongoErr != nil {
@@ -256,7 +262,7 @@ func testMongoClient(t testing.TB, proxy *wireProxy) *mongo.Client {
 var sharedProxyOnce sync.Once
 
 // sharedProxy is one serialising proxy for the whole test binary.
-func sharedProxy(t testing.TB, s mongoServer) *wireProxy {
+func sharedProxy(t fatalT, s mongoServer) *wireProxy {
 	sharedProxyOnce.Do(func() {
 		mongoProxy = newWireProxy(noCleanup{t}, s.addr)
 	})
@@ -264,7 +270,7 @@ func sharedProxy(t testing.TB, s mongoServer) *wireProxy {
 }
 
 // noCleanup keeps the shared proxy alive past the test that started it.
-type noCleanup struct{ testing.TB }
+type noCleanup struct{ fatalT }
 
 func (noCleanup) Cleanup(func()) {}
 
@@ -287,7 +293,7 @@ func testCollection(t testing.TB, c *mongo.Client) *mongo.Collection {
 }
 
 // mongoDriverOpts lets the tests use FerretDB behind a serialising proxy.
-func mongoDriverOpts(t testing.TB) []MongoOption {
+func mongoDriverOpts(t fatalT) []MongoOption {
 	if testMongo(t).ferret {
 		return []MongoOption{AllowUnsafeServer()}
 	}

@@ -161,7 +161,10 @@ func (d *mongoDriver) insert(ctx context.Context, rec Record) (uint64, error) {
 }
 
 func (d *mongoDriver) update(ctx context.Context, rec Record, version uint64) (uint64, error) {
-	if version == 0 || version >= math.MaxInt64 {
+	if version == 0 { // versions start at 1: no document matches
+		return 0, ErrConflict
+	}
+	if version >= math.MaxInt64 {
 		return 0, fmt.Errorf("lease: mongodb update %q: version %d out of range", rec.Key, version)
 	}
 	next := version + 1

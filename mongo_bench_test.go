@@ -13,123 +13,141 @@ import (
 // BenchmarkMongo runs each store operation beside its floor: the same
 // number of raw findOne/insertOne/updateOne calls on the same server,
 // through the same proxy (which serialises requests for FerretDB and
-// counts them for the roundtrips/op metric).
+// counts them). Each iteration runs the store's operation and then the
+// floor's, so that the server's drift (FerretDB's SQLite files) hits both
+// alike; ns/op is the store's, floor-ns/op the floor's, ratio their
+// quotient.
 func BenchmarkMongo(b *testing.B) {
 	srv := testMongo(b)
 	p := newWireProxy(b, srv.addr)
 	c := testMongoClient(b, p)
 	ctx := context.Background()
-	newStore := func(b *testing.B) (*DocumentStore, *mongo.Collection) {
+	// setup gives a store, and a collection for the floor with the
+	// driver's write and read concerns.
+	setup := func(b *testing.B) (*DocumentStore, *mongo.Collection) {
 		d := newTestMongoDriverOn(b, testCollection(b, c))
 		s, err := NewDocumentStore(d, WithOwner("bench"), WithTTL(time.Minute))
 		if err != nil {
 			b.Fatal(err)
 		}
-		return s, d.(*mongoDriver).coll // the floor uses the driver's write and read concerns
+		floor := newTestMongoDriverOn(b, testCollection(b, c)).(*mongoDriver).coll
+		if _, err := floor.InsertOne(ctx, append(byID("k"), benchFields(1)...)); err != nil {
+			b.Fatal(err)
+		}
+		return s, floor
 	}
-	must := func(b *testing.B, err error) {
+
+	b.Run("acquire", func(b *testing.B) { // a new key: find, insert
+		s, floor := setup(b)
+		benchPair(b, p,
+			func(i int) error { _, err := s.Acquire(ctx, fmt.Sprintf("k%d", i)); return err },
+			func(i int) error {
+				key := fmt.Sprintf("k%d", i)
+				if err := floor.FindOne(ctx, byID(key)).Err(); err != mongo.ErrNoDocuments {
+					return err
+				}
+				_, err := floor.InsertOne(ctx, append(byID(key), benchFields(1)...))
+				return err
+			}, nil)
+	})
+
+	b.Run("renew", func(b *testing.B) { // one conditional update
+		s, floor := setup(b)
+		g, err := s.Acquire(ctx, "k")
+		if err != nil {
+			b.Fatal(err)
+		}
+		v := int64(1)
+		benchPair(b, p,
+			func(int) error { g, err = s.Renew(ctx, g); return err },
+			func(int) error { v++; return benchUpdate(ctx, floor, "k", v-1) }, nil)
+	})
+
+	b.Run("release", func(b *testing.B) { // one conditional update, after an untimed acquire
+		s, floor := setup(b)
+		var g Grant
+		v := int64(1)
+		benchPair(b, p,
+			func(int) error { return s.Release(ctx, g) },
+			func(int) error { v++; return benchUpdate(ctx, floor, "k", v-1) },
+			func() (err error) {
+				if g, err = s.Acquire(ctx, "k"); err == nil {
+					v++
+					err = benchUpdate(ctx, floor, "k", v-1)
+				}
+				return err
+			})
+	})
+
+	b.Run("cycle", func(b *testing.B) { // acquire a released key, renew, release: find + 3 updates
+		s, floor := setup(b)
+		g, err := s.Acquire(ctx, "k")
+		if err == nil {
+			err = s.Release(ctx, g)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		v := int64(1)
+		benchPair(b, p,
+			func(int) error {
+				g, err := s.Acquire(ctx, "k")
+				if err == nil {
+					g, err = s.Renew(ctx, g)
+				}
+				if err == nil {
+					err = s.Release(ctx, g)
+				}
+				return err
+			},
+			func(int) error {
+				if err := floor.FindOne(ctx, byID("k")).Err(); err != nil {
+					return err
+				}
+				for range 3 {
+					v++
+					if err := benchUpdate(ctx, floor, "k", v-1); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, nil)
+	})
+}
+
+// benchPair runs prepare (untimed, may be nil), store and floor b.N times
+// each, interleaved, and reports the time and server round trips of each.
+func benchPair(b *testing.B, p *wireProxy, store, floor func(i int) error, prepare func() error) {
+	b.Helper()
+	var storeTime, floorTime time.Duration
+	var storeTrips, floorTrips int
+	timed := func(op func(int) error, i int, d *time.Duration, trips *int) {
+		before := p.Seen("find") + p.Seen("insert") + p.Seen("update")
+		start := time.Now()
+		err := op(i)
+		*d += time.Since(start)
+		*trips += p.Seen("find") + p.Seen("insert") + p.Seen("update") - before
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
-
-	b.Run("acquire/store", func(b *testing.B) { // a new key: find, insert
-		s, _ := newStore(b)
-		measureMongo(b, p, func(i int) error { _, err := s.Acquire(ctx, fmt.Sprintf("k%d", i)); return err })
-	})
-	b.Run("acquire/floor", func(b *testing.B) {
-		_, coll := newStore(b)
-		measureMongo(b, p, func(i int) error {
-			key := fmt.Sprintf("k%d", i)
-			if err := coll.FindOne(ctx, byID(key)).Err(); err != mongo.ErrNoDocuments {
-				return err
-			}
-			_, err := coll.InsertOne(ctx, append(byID(key), benchFields(1)...))
-			return err
-		})
-	})
-
-	b.Run("renew/store", func(b *testing.B) { // one conditional update
-		s, _ := newStore(b)
-		g, err := s.Acquire(ctx, "k")
-		must(b, err)
-		measureMongo(b, p, func(int) error { g, err = s.Renew(ctx, g); return err })
-	})
-	b.Run("renew/floor", func(b *testing.B) {
-		_, coll := newStore(b)
-		_, err := coll.InsertOne(ctx, append(byID("k"), benchFields(1)...))
-		must(b, err)
-		measureMongo(b, p, func(i int) error { return benchUpdate(ctx, coll, "k", int64(i+1)) })
-	})
-
-	b.Run("release/store", func(b *testing.B) { // one conditional update
-		s, _ := newStore(b)
-		grants := make([]Grant, b.N)
-		for i := range grants {
-			var err error
-			grants[i], err = s.Acquire(ctx, fmt.Sprintf("k%d", i))
-			must(b, err)
-		}
-		measureMongo(b, p, func(i int) error { return s.Release(ctx, grants[i]) })
-	})
-	b.Run("release/floor", func(b *testing.B) {
-		_, coll := newStore(b)
-		for i := range b.N {
-			_, err := coll.InsertOne(ctx, append(byID(fmt.Sprintf("k%d", i)), benchFields(1)...))
-			must(b, err)
-		}
-		measureMongo(b, p, func(i int) error { return benchUpdate(ctx, coll, fmt.Sprintf("k%d", i), 1) })
-	})
-
-	b.Run("cycle/store", func(b *testing.B) { // acquire a released key, renew, release: find + 3 updates
-		s, _ := newStore(b)
-		g, err := s.Acquire(ctx, "k")
-		must(b, err)
-		must(b, s.Release(ctx, g))
-		measureMongo(b, p, func(int) error {
-			g, err := s.Acquire(ctx, "k")
-			if err == nil {
-				g, err = s.Renew(ctx, g)
-			}
-			if err == nil {
-				err = s.Release(ctx, g)
-			}
-			return err
-		})
-	})
-	b.Run("cycle/floor", func(b *testing.B) {
-		_, coll := newStore(b)
-		_, err := coll.InsertOne(ctx, append(byID("k"), benchFields(1)...))
-		must(b, err)
-		v := int64(1)
-		measureMongo(b, p, func(int) error {
-			if err := coll.FindOne(ctx, byID("k")).Err(); err != nil {
-				return err
-			}
-			for range 3 {
-				if err := benchUpdate(ctx, coll, "k", v); err != nil {
-					return err
-				}
-				v++
-			}
-			return nil
-		})
-	})
-}
-
-// measureMongo runs op b.N times and reports the server round trips it made.
-func measureMongo(b *testing.B, p *wireProxy, op func(i int) error) {
-	b.Helper()
-	before := p.Seen("find") + p.Seen("insert") + p.Seen("update")
 	b.ResetTimer()
 	for i := range b.N {
-		if err := op(i); err != nil {
-			b.Fatal(err)
+		if prepare != nil {
+			if err := prepare(); err != nil {
+				b.Fatal(err)
+			}
 		}
+		timed(store, i, &storeTime, &storeTrips)
+		timed(floor, i, &floorTime, &floorTrips)
 	}
 	b.StopTimer()
-	after := p.Seen("find") + p.Seen("insert") + p.Seen("update")
-	b.ReportMetric(float64(after-before)/float64(b.N), "roundtrips/op")
+	n := float64(b.N)
+	b.ReportMetric(float64(storeTime.Nanoseconds())/n, "ns/op")
+	b.ReportMetric(float64(floorTime.Nanoseconds())/n, "floor-ns/op")
+	b.ReportMetric(float64(storeTime)/float64(floorTime), "ratio")
+	b.ReportMetric(float64(storeTrips)/n, "roundtrips/op")
+	b.ReportMetric(float64(floorTrips)/n, "floor-roundtrips/op")
 }
 
 func byID(key string) bson.D { return bson.D{{Key: "_id", Value: key}} }

@@ -468,6 +468,18 @@ func TestRunNoWait(t *testing.T) {
 					tc.args, code, stdout, stderr, tc.want)
 			}
 		}
+
+		// A waiter stops on SIGTERM (128+15 once it waits; killed by the
+		// signal if it had not started waiting yet) without running COMMAND.
+		w := startLease(t, nil, "run", "--store", url, "k", "--", "echo", "ran")
+		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		w.wait(t)
+		if ws := w.cmd.ProcessState.Sys().(syscall.WaitStatus); w.code != 128+int(syscall.SIGTERM) && ws.Signal() != syscall.SIGTERM {
+			t.Errorf("waiter after SIGTERM: %v; want status 143 or death by SIGTERM", w.cmd.ProcessState)
+		}
+
 		a.stdin.Close()
 		a.wait(t, "out")
 		if code, stdout, _ := runLease(t, t.TempDir(), nil, "run", "--store", url, "--no-wait", "k", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {

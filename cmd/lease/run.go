@@ -44,16 +44,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitUsage, "%v", err)
 	}
 
-	// Signals stop the wait for KEY, and are forwarded to COMMAND once it runs.
-	sigc := make(chan os.Signal, 4)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigc)
-
+	// Until the wait for KEY starts, signals have their default effect:
+	// nothing is held yet.
 	s, err := lease.Open(context.Background(), url, lease.WithTTL(f.ttl))
 	if err != nil {
 		return fail(stderr, exitStore, "%v", err)
 	}
 	defer s.Close()
+	// From now on signals stop the wait for KEY, and are forwarded to
+	// COMMAND once it runs.
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigc)
 	h, code := f.hold(s, key, sigc, stderr)
 	if h == nil {
 		return code

@@ -43,6 +43,7 @@ func (f *fakeHeld) Release(context.Context) error {
 func superviseChild(t *testing.T, h holding, role string, grace time.Duration) (first string, status func() (int, string)) {
 	t.Helper()
 	t.Setenv("LEASE_TEST_ROLE", role)
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

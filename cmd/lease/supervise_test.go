@@ -16,9 +16,9 @@ import (
 
 // fakeHeld is a lease the test loses by hand.
 type fakeHeld struct {
-	ctx    context.Context
-	lose   context.CancelCauseFunc
-	mu     sync.Mutex
+	ctx      context.Context
+	lose     context.CancelCauseFunc
+	mu       sync.Mutex
 	released int
 }
 

@@ -111,6 +111,17 @@ type Held struct {
 //
 // Grants that never expire (the local store's) need no renewal: Hold then
 // starts no goroutine, and Held.Context ends only at Release.
+//
+// Hold times renewals and the deadline with the time package (time.Now and
+// timers; in tests, a testing/synctest bubble's virtual clock) and measures
+// the TTL as the grant's ExpiresAt minus the time its Acquire began. It
+// assumes the store judges expiry by the same clock (WithClock defaults to
+// time.Now); any difference must fit in the safety margin, as must the
+// skew between this host and the others sharing the store.
+//
+// A store instance holds a key at most once: a second Hold of the same key
+// through the same store gets the same grant (R4c), and the first Release
+// ends both. Use one Held per key per store.
 func Hold(ctx context.Context, s Store, key string, opts ...HoldOption) (*Held, error) {
 	var cfg holdConfig
 	for _, o := range opts {
@@ -122,8 +133,7 @@ func Hold(ctx context.Context, s Store, key string, opts ...HoldOption) (*Held, 
 	if s == nil {
 		return nil, errors.New("lease: Hold given a nil store")
 	}
-	start := time.Now()
-	g, err := acquireWaiting(ctx, s, key, cfg.failIfHeld)
+	g, start, err := acquireWaiting(ctx, s, key, cfg.failIfHeld)
 	if err != nil {
 		return nil, err
 	}
@@ -165,19 +175,21 @@ func (h *Held) plan(cfg holdConfig, ttl time.Duration) error {
 }
 
 // acquireWaiting acquires key, retrying while it is held (unless
-// failIfHeld) or storage fails, until ctx ends.
-func acquireWaiting(ctx context.Context, s Store, key string, failIfHeld bool) (Grant, error) {
+// failIfHeld) or storage fails, until ctx ends. It also returns when the
+// successful attempt began: the grant's TTL is measured from then.
+func acquireWaiting(ctx context.Context, s Store, key string, failIfHeld bool) (Grant, time.Time, error) {
 	backoff := holdMinBackoff
 	for {
+		start := time.Now()
 		g, err := s.Acquire(ctx, key)
 		if err == nil {
-			return g, nil
+			return g, start, nil
 		}
 		if failIfHeld || !retryable(err) {
-			return Grant{}, err
+			return Grant{}, start, err
 		}
 		if ctx.Err() != nil {
-			return Grant{}, fmt.Errorf("lease: gave up waiting for %q: %w", key, errors.Join(ctx.Err(), err))
+			return Grant{}, start, fmt.Errorf("lease: gave up waiting for %q: %w", key, errors.Join(ctx.Err(), err))
 		}
 		wait := jitter(backoff)
 		if he := (*HeldError)(nil); errors.As(err, &he) && !he.ExpiresAt.IsZero() {
@@ -190,7 +202,7 @@ func acquireWaiting(ctx context.Context, s Store, key string, failIfHeld bool) (
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return Grant{}, fmt.Errorf("lease: gave up waiting for %q: %w", key, errors.Join(ctx.Err(), err))
+			return Grant{}, start, fmt.Errorf("lease: gave up waiting for %q: %w", key, errors.Join(ctx.Err(), err))
 		}
 	}
 }

@@ -326,6 +326,10 @@ func TestHoldWaitsForRelease(t *testing.T) {
 		if g := r.h.Grant(); g.Epoch != bg.Epoch+1 || g.PreviousUnclean {
 			t.Errorf("grant = %+v; want epoch %d, clean", g, bg.Epoch+1)
 		}
+		time.Sleep(10 * holdTTL) // the wait must not stretch the renewal interval
+		if err := r.h.Context().Err(); err != nil {
+			t.Errorf("lease lost after a long wait for it: %v", context.Cause(r.h.Context()))
+		}
 		if err := r.h.Release(t.Context()); err != nil {
 			t.Error(err)
 		}

@@ -286,7 +286,7 @@ func (h *Held) expire() {
 // deadline (expire) rather than at the first failure.
 func (h *Held) keep() {
 	defer close(h.done)
-	next, retry := h.renew, h.renew/8
+	next, retry := h.renew, max(h.renew/8, time.Millisecond)
 	for {
 		t := time.NewTimer(next)
 		select {
@@ -298,7 +298,7 @@ func (h *Held) keep() {
 		err := h.renewOnce()
 		switch {
 		case err == nil:
-			next, retry = h.renew, h.renew/8
+			next, retry = h.renew, max(h.renew/8, time.Millisecond)
 		case errors.Is(err, ErrLost):
 			h.lose(err)
 			return
@@ -310,7 +310,7 @@ func (h *Held) keep() {
 			h.renewErr = err
 			h.mu.Unlock()
 			next = jitter(retry)
-			retry = min(2*retry, h.renew/4)
+			retry = max(min(2*retry, h.renew/4), time.Millisecond)
 		}
 	}
 }

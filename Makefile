@@ -3,7 +3,7 @@ GO ?= go
 .PHONY: test vet bench model mutants tidy-check
 
 # test: what CI runs (.ci/run). Vet and format first, then every test under -race.
-test: vet
+test: vet mutants
 	$(GO) test -race -count=1 -shuffle=on ./...
 
 vet:
@@ -23,9 +23,9 @@ model:
 MUTANTS = early keep_epoch drop_unclean
 mutants:
 	@for m in $(MUTANTS); do \
-		if LEASE_MUTANT=$$m $(GO) test -tags lease_mutants -count=1 -run='^TestModel' . >/dev/null 2>&1; then \
+		if out=$$(LEASE_MUTANT=$$m $(GO) test -tags lease_mutants -count=1 -run='^TestModel$$/^memory$$' -rapid.nofailfile . 2>&1); then \
 			echo "mutant $$m survived: the model test did not catch it"; exit 1; \
-		else echo "mutant $$m caught"; fi; \
+		else echo "mutant $$m caught:"; echo "$$out" | grep -m1 'want' | cut -c1-220; fi; \
 	done
 
 tidy-check:

@@ -188,21 +188,15 @@ func (s *DocumentStore) Close() error {
 	return s.d.Close()
 }
 
-// begin checks a call's arguments and state, then takes key's lock.
+// begin checks a call's key, context and store, then takes key's lock.
 func (s *DocumentStore) begin(ctx context.Context, key string) (unlock func(), err error) {
-	if err := ValidateKey(key); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+	return s.locks.begin(ctx, key, s.isClosed)
+}
+
+func (s *DocumentStore) isClosed() bool {
 	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	return s.locks.lock(ctx, key)
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // expiry is when a grant made at now ends. Records keep milliseconds, so

@@ -18,6 +18,22 @@ type keyLock struct {
 	refs int           // calls holding or waiting; guarded by keyLocks.mu
 }
 
+// begin starts a store call on key: it refuses an invalid key (R1), an
+// ended ctx and a closed store before touching anything, then waits for
+// key's lock.
+func (k *keyLocks) begin(ctx context.Context, key string, closed func() bool) (unlock func(), err error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if closed() {
+		return nil, ErrClosed
+	}
+	return k.lock(ctx, key)
+}
+
 // lock waits for key's lock or for ctx to end.
 func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err error) {
 	k.mu.Lock()
@@ -26,7 +42,7 @@ func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err err
 	}
 	l, ok := k.m[key]
 	if !ok {
-		l = &keyLock{sem: make(chan struct{}, 1)}
+		l = keyLockPool.Get().(*keyLock)
 		k.m[key] = l
 	}
 	l.refs++
@@ -46,5 +62,9 @@ func (k *keyLocks) release(key string, l *keyLock) {
 	defer k.mu.Unlock()
 	if l.refs--; l.refs == 0 {
 		delete(k.m, key)
+		keyLockPool.Put(l) // unlocked and unreferenced: safe to reuse
 	}
 }
+
+// keyLockPool recycles keyLocks, so that an uncontended call allocates none.
+var keyLockPool = sync.Pool{New: func() any { return &keyLock{sem: make(chan struct{}, 1)} }}

@@ -209,7 +209,7 @@ func corrupt(format string, args ...any) error {
 }
 
 func lost(key string, epoch uint64) error {
-	return fmt.Errorf("lease: %q epoch %d: %w", key, epoch, ErrLost)
+	return fmt.Errorf("%w: %q epoch %d", ErrLost, key, epoch)
 }
 
 // ValidateKey reports whether key obeys R1: 1 to 256 bytes of ASCII letters,
@@ -224,15 +224,19 @@ func ValidateKey(key string) error {
 			return fmt.Errorf("%w: %q: byte %#x at %d is not allowed", ErrInvalidKey, key, key[i], i)
 		}
 	}
-	for _, seg := range strings.Split(key, "/") {
+	for rest := key; ; {
+		seg, more, found := strings.Cut(rest, "/")
 		switch seg {
 		case "":
 			return fmt.Errorf("%w: %q: leading, trailing or double slash", ErrInvalidKey, key)
 		case ".", "..":
 			return fmt.Errorf("%w: %q: %q segment", ErrInvalidKey, key, seg)
 		}
+		if !found {
+			return nil
+		}
+		rest = more
 	}
-	return nil
 }
 
 func keyByte(c byte) bool {

@@ -6,14 +6,6 @@ import (
 )
 
 // These schemes arrive with their own issues.
-func openSQLiteStore(path string, opts []Option) (Store, error) {
-	return nil, errors.New("lease: the sqlite: store is not built yet")
-}
-
 func openMongoStore(ctx context.Context, url string, opts []Option) (Store, error) {
 	return nil, errors.New("lease: the mongodb:// store is not built yet")
-}
-
-func openLocalStore(root string, opts []Option) (Store, error) {
-	return nil, errors.New("lease: the file: store is not built yet")
 }

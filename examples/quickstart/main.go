@@ -1,0 +1,67 @@
+// Command quickstart shows leases at work: two hosts contend for a profile,
+// one crashes, and the other takes over and is told to recover.
+//
+//	go run ./examples/quickstart
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/leasekit/lease"
+)
+
+func main() {
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Second)
+	clock := func() time.Time { return now } // a clock we can move, so the demo need not wait
+	driver := lease.NewMemoryDriver()
+	open := func(owner string) *lease.DocumentStore {
+		s, err := lease.NewDocumentStore(driver, lease.WithOwner(owner), lease.WithClock(clock), lease.WithTTL(15*time.Second))
+		if err != nil {
+			log.Fatal(err)
+		}
+		return s
+	}
+	a, b := open("host-a"), open("host-b")
+	defer b.Close()
+
+	g, err := a.Acquire(ctx, "profile:42")
+	must(err)
+	fmt.Printf("host-a acquired %s: epoch %d, expires in %v\n", g.Key, g.Epoch, g.ExpiresAt.Sub(now))
+
+	_, err = b.Acquire(ctx, "profile:42")
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		fmt.Printf("host-b refused: %v\n", err)
+	}
+
+	now = now.Add(5 * time.Second)
+	g, err = a.Renew(ctx, g)
+	must(err)
+	fmt.Printf("host-a renewed: still epoch %d\n", g.Epoch)
+
+	a.Close() // host-a crashes without releasing
+	fmt.Println("host-a crashed")
+
+	now = now.Add(15 * time.Second)
+	g2, err := b.Acquire(ctx, "profile:42")
+	must(err)
+	fmt.Printf("host-b acquired after expiry: epoch %d, previous unclean: %v (run crash recovery)\n", g2.Epoch, g2.PreviousUnclean)
+
+	restarted := open("host-a")
+	defer restarted.Close()
+	_, err = restarted.Renew(ctx, g)
+	fmt.Printf("host-a, restarted, tries its old grant: %v\n", err)
+	must(b.Release(ctx, g2))
+	fmt.Println("host-b released; the next holder will get epoch", g2.Epoch+1)
+}
+
+func must(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}

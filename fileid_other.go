@@ -1,0 +1,20 @@
+//go:build !linux
+
+package lease
+
+import "os"
+
+// fileID names an inode.
+type fileID struct{ fi os.FileInfo }
+
+func (a fileID) same(b fileID) bool { return os.SameFile(a.fi, b.fi) }
+
+func fileIDOf(f *os.File) (fileID, error) {
+	fi, err := f.Stat()
+	return fileID{fi}, err
+}
+
+func pathID(path string) (fileID, error) {
+	fi, err := os.Lstat(path)
+	return fileID{fi}, err
+}

@@ -1,0 +1,829 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gofrs/flock"
+	"pgregory.net/rapid"
+)
+
+// newLocal returns a LocalStore on root that the test closes at its end.
+func newLocal(t testing.TB, root string, opts ...Option) *LocalStore {
+	t.Helper()
+	s, err := NewLocalStore(root, opts...)
+	if err != nil {
+		t.Fatalf("NewLocalStore(%q) = %v", root, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// wantHeld checks that err is a *HeldError naming owner and epoch.
+func wantHeld(t testing.TB, err error, owner string, epoch uint64) {
+	t.Helper()
+	var he *HeldError
+	if !errors.As(err, &he) || !errors.Is(err, ErrHeld) {
+		t.Fatalf("err = %v; want a *HeldError", err)
+	}
+	if he.Owner != owner || he.Epoch != epoch || !he.ExpiresAt.IsZero() {
+		t.Fatalf("HeldError = %+v; want owner %q epoch %d, no expiry", he, owner, epoch)
+	}
+}
+
+// localEnv builds a contract-suite env over a fresh root: every store it
+// makes is a separate LocalStore on that root, contending as processes do.
+func localEnv(t *testing.T) storeEnv {
+	root := t.TempDir()
+	clock := newFakeClock()
+	return storeEnv{
+		clock: clock,
+		newStore: func(t *testing.T, owner string) Store {
+			return newLocal(t, root, WithOwner(owner), WithClock(clock.Now))
+		},
+	}
+}
+
+// TestLocalContract runs the shared contract suite (contract_test.go)
+// against the local store; the cases about expiry do not apply to it.
+func TestLocalContract(t *testing.T) {
+	runContract(t, localEnv)
+}
+
+// TestLocalRace: 8 stores in one process race for one key (R5); flocks are
+// per open file, so they contend as 8 processes would.
+func TestLocalRace(t *testing.T) {
+	raceRounds(t, localEnv(t), 8, 10)
+}
+
+// TestLocalCases checks what is particular to the local store: a crash
+// (Close) frees the key at once, the flock binds a grant to one instance,
+// and a replaced lock file ends the grant. Each case gets a fresh root and
+// two stores on it, a and b.
+func TestLocalCases(t *testing.T) {
+	ctx := context.Background()
+	const key = "jobs/nightly"
+	cases := []struct {
+		name string
+		run  func(t *testing.T, root string, a, b *LocalStore)
+	}{
+		{"R4a grants never expire", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			if want := (Grant{Key: key, Owner: "a", Epoch: 1}); g != want {
+				t.Fatalf("Acquire = %+v; want %+v", g, want)
+			}
+			r, err := a.Renew(ctx, g)
+			if err != nil || r != g {
+				t.Fatalf("Renew = %+v, %v; want %+v", r, err, g)
+			}
+		}},
+		{"R4c one release of a re-entrant grant frees the key", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			mustAcquire(t, a, key)
+			if err := a.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			if g := mustAcquire(t, b, key); g.Epoch != 2 || g.PreviousUnclean {
+				t.Fatalf("after release: %+v; want epoch 2 clean", g)
+			}
+		}},
+		{"R4f a crashed holder (Close) yields epoch+1 PreviousUnclean", func(t *testing.T, root string, a, b *LocalStore) {
+			mustAcquire(t, a, key)
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			g := mustAcquire(t, b, key)
+			if g.Epoch != 2 || !g.PreviousUnclean {
+				t.Fatalf("after crash: %+v; want epoch 2 unclean", g)
+			}
+		}},
+		{"R6 renew of a grant another holder took is ErrLost, not ErrHeld", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			a.Close()
+			mustAcquire(t, b, key)
+			if _, err := b.Renew(ctx, g); !errors.Is(err, ErrLost) || errors.Is(err, ErrHeld) {
+				t.Fatalf("Renew of a lost grant = %v; want ErrLost", err)
+			}
+			stale := g
+			stale.Owner = "b"
+			if _, err := b.Renew(ctx, stale); !errors.Is(err, ErrLost) {
+				t.Fatalf("Renew of an old epoch = %v; want ErrLost", err)
+			}
+		}},
+		{"R6 renew when the lock file was replaced is ErrLost", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			path := a.lockPath(key)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A foreign tool replaces the file: a's flock now guards nothing.
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Renew(ctx, g); !errors.Is(err, ErrLost) {
+				t.Fatalf("Renew = %v; want ErrLost", err)
+			}
+		}},
+		{"R6 renew of a record someone else rewrote is ErrLost and frees the flock", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			// A foreign writer that ignores the flock names another holder.
+			f, err := os.OpenFile(a.lockPath(key), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := writeRecord(f, 2, Record{Key: key, Owner: "intruder", Epoch: 5}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Renew(ctx, g); !errors.Is(err, ErrLost) {
+				t.Fatalf("Renew = %v; want ErrLost", err)
+			}
+			wantFlockFree(t, a.lockPath(key))
+			if g := mustAcquire(t, b, key); g.Epoch != 6 || !g.PreviousUnclean {
+				t.Fatalf("after the intruder: %+v; want epoch 6 unclean", g)
+			}
+		}},
+		{"R7 release by an instance that does not hold the grant is ErrLost", func(t *testing.T, root string, a, b *LocalStore) {
+			g := mustAcquire(t, a, key)
+			if err := b.Release(ctx, g); !errors.Is(err, ErrLost) {
+				t.Fatalf("Release by b = %v; want ErrLost", err)
+			}
+			if _, err := b.Acquire(ctx, key); !errors.Is(err, ErrHeld) {
+				t.Fatalf("after b's refused release: %v; want ErrHeld", err)
+			}
+		}},
+		{"Holder names the live holder, ErrNotFound otherwise", func(t *testing.T, root string, a, b *LocalStore) {
+			if _, err := b.Holder(ctx, key); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Holder of a fresh key = %v; want ErrNotFound", err)
+			}
+			g := mustAcquire(t, a, key)
+			for _, s := range []*LocalStore{a, b} {
+				rec, err := s.Holder(ctx, key)
+				want := Record{Key: key, Owner: "a", Epoch: 1}
+				if err != nil || rec != want {
+					t.Fatalf("Holder = %+v, %v; want %+v", rec, err, want)
+				}
+			}
+			if err := a.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Holder(ctx, key); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Holder after release = %v; want ErrNotFound", err)
+			}
+			mustAcquire(t, a, key)
+			a.Close()
+			if _, err := b.Holder(ctx, key); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Holder after the holder crashed = %v; want ErrNotFound", err)
+			}
+		}},
+		{"R1 invalid keys create no file", func(t *testing.T, root string, a, b *LocalStore) {
+			for _, bad := range badKeys {
+				if _, err := a.Acquire(ctx, bad.key); !errors.Is(err, ErrInvalidKey) {
+					t.Errorf("Acquire(%s) = %v; want ErrInvalidKey", bad.name, err)
+				}
+				if _, err := a.Holder(ctx, bad.key); !errors.Is(err, ErrInvalidKey) {
+					t.Errorf("Holder(%s) = %v; want ErrInvalidKey", bad.name, err)
+				}
+			}
+			if ents, _ := os.ReadDir(root); len(ents) != 0 {
+				t.Fatalf("root holds %d entries after invalid keys; want none", len(ents))
+			}
+			// The longest key and the longest owner fit one slot together.
+			longOwner := strings.Repeat("o", 256)
+			s := newLocal(t, root, WithOwner(longOwner))
+			long := strings.Repeat("k", 256)
+			if g := mustAcquire(t, s, long); g.Epoch != 1 {
+				t.Fatalf("longest key: %+v", g)
+			}
+			if rec, err := a.Holder(ctx, long); err != nil || rec.Owner != longOwner || rec.Key != long {
+				t.Fatalf("Holder of the longest key = %+v, %v", rec, err)
+			}
+		}},
+		{"a cancelled context is returned before storage is touched", func(t *testing.T, root string, a, b *LocalStore) {
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			if _, err := a.Acquire(cctx, key); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Acquire = %v; want context.Canceled", err)
+			}
+			if ents, _ := os.ReadDir(root); len(ents) != 0 {
+				t.Fatalf("root holds %d entries; want none", len(ents))
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			a := newLocal(t, root, WithOwner("a"))
+			b := newLocal(t, root, WithOwner("b"))
+			tc.run(t, root, a, b)
+		})
+	}
+}
+
+// TestLocalRoot (NewLocalStore; R1 for owners): a root that is a file, is
+// not writable, or sits in a directory that does not exist is refused at
+// NewLocalStore; a missing root is created owner-only, and so are lock files.
+func TestLocalRoot(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, root := range map[string]string{
+		"empty":          "",
+		"file":           file,
+		"missing parent": filepath.Join(dir, "no", "such"),
+		// As root, permission bits do not stop us, so use a directory
+		// the kernel refuses writes in for everyone.
+		"unwritable": "/proc/self",
+	} {
+		if s, err := NewLocalStore(root); err == nil {
+			s.Close()
+			t.Errorf("%s: NewLocalStore(%q) succeeded; want an error", name, root)
+		}
+	}
+	if _, err := NewLocalStore(dir, WithOwner("has space")); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("bad owner: %v; want ErrInvalidKey", err)
+	}
+
+	root := filepath.Join(dir, "leases")
+	s := newLocal(t, root)
+	mustAcquire(t, s, "k")
+	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("root mode = %v, %v; want 0700", fi.Mode(), err)
+	}
+	fi, err := os.Stat(s.lockPath("k"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("lock file mode = %v, %v; want 0600", fi.Mode(), err)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 1 {
+		t.Fatalf("root holds %d entries; want the one lock file (no probe left behind)", len(ents))
+	}
+}
+
+// TestLocalOpen (R11): Open accepts file:/dir and file:///dir, not a host.
+func TestLocalOpen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, url := range []string{"file:" + dir, "file://" + dir} {
+		s, err := Open(ctx, url, WithOwner("o"))
+		if err != nil {
+			t.Fatalf("Open(%q) = %v", url, err)
+		}
+		if _, ok := s.(*LocalStore); !ok {
+			t.Fatalf("Open(%q) = %T; want *LocalStore", url, s)
+		}
+		g := mustAcquire(t, s, "k")
+		if err := s.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	if _, err := Open(ctx, "file://host"+dir); err == nil {
+		t.Fatal("Open with a host succeeded; want an error")
+	}
+}
+
+// TestLocalFailClosed: a record that cannot be read or parsed is refused
+// with ErrCorrupt, the flock is given back and the bytes stay as they were
+// (R10); an exhausted epoch is ErrEpochExhausted (R2).
+func TestLocalFailClosed(t *testing.T) {
+	ctx := context.Background()
+	const key = "k"
+	// prepare leaves key released at epoch 2 (both slots written) and
+	// returns the lock file's bytes.
+	prepare := func(t *testing.T, s *LocalStore) []byte {
+		for range 2 {
+			g := mustAcquire(t, s, key)
+			if err := s.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := os.ReadFile(s.lockPath(key))
+		if err != nil || len(b) != recFileLen {
+			t.Fatalf("lock file: %d bytes, %v", len(b), err)
+		}
+		return b
+	}
+	slot := func(seq uint64, r Record) []byte {
+		b := make([]byte, recFileLen)
+		copy(b[slotOffset(seq):], encodeSlot(seq, r))
+		return b
+	}
+	cases := []struct {
+		name   string
+		damage func(good []byte) []byte
+		want   error
+	}{
+		{"truncated to one byte", func(g []byte) []byte { return g[:1] }, ErrCorrupt},
+		{"truncated mid slot", func(g []byte) []byte { return g[:slotLen/2] }, ErrCorrupt},
+		{"truncated after slot 0", func(g []byte) []byte { return g[:slotStride] }, ErrCorrupt},
+		{"truncated by one byte", func(g []byte) []byte { return g[:recFileLen-1] }, ErrCorrupt},
+		{"one byte too long", func(g []byte) []byte { return append(g, 0) }, ErrCorrupt},
+		{"garbage bytes", func(g []byte) []byte { return bytes.Repeat([]byte("garbage!"), recFileLen/8) }, ErrCorrupt},
+		{"zeros", func(g []byte) []byte { return make([]byte, recFileLen) }, ErrCorrupt},
+		{"both slots flipped", func(g []byte) []byte {
+			b := bytes.Clone(g)
+			b[30] ^= 1
+			b[slotStride+30] ^= 1
+			return b
+		}, ErrCorrupt},
+		{"record for another key", func(g []byte) []byte {
+			return slot(1, Record{Key: "other", Owner: "x", Epoch: 7, Released: true})
+		}, ErrCorrupt},
+		{"epoch 0", func(g []byte) []byte { return slot(1, Record{Key: key, Owner: "x", Released: true}) }, ErrCorrupt},
+		{"owner with a space", func(g []byte) []byte {
+			return slot(1, Record{Key: key, Owner: "x y", Epoch: 3, Released: true})
+		}, ErrCorrupt},
+		{"slots not consecutive", func(g []byte) []byte {
+			b := slot(1, Record{Key: key, Owner: "x", Epoch: 1, Released: true})
+			copy(b[slotStride:], encodeSlot(4, Record{Key: key, Owner: "x", Epoch: 2, Released: true}))
+			return b
+		}, ErrCorrupt},
+		{"released epoch at MaxUint64", func(g []byte) []byte {
+			return slot(1, Record{Key: key, Owner: "x", Epoch: math.MaxUint64, Released: true})
+		}, ErrEpochExhausted},
+		{"dead holder's epoch at MaxUint64", func(g []byte) []byte {
+			return slot(1, Record{Key: key, Owner: "x", Epoch: math.MaxUint64})
+		}, ErrEpochExhausted},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newLocal(t, t.TempDir(), WithOwner("a"))
+			path := s.lockPath(key)
+			bad := tc.damage(prepare(t, s))
+			if err := os.WriteFile(path, bad, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Acquire(ctx, key)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Acquire = %v; want %v", err, tc.want)
+			}
+			if tc.want == ErrCorrupt {
+				var se *StorageError
+				if !errors.As(err, &se) || se.Key != key {
+					t.Fatalf("Acquire = %#v; want a *StorageError for %q", err, key)
+				}
+				if _, err := s.Holder(ctx, key); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("Holder = %v; want ErrCorrupt", err)
+				}
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, bad) {
+				t.Fatal("the refused record was changed")
+			}
+			wantFlockFree(t, path)
+		})
+	}
+}
+
+// TestLocalUnopenable: a lock file the store cannot open is refused as
+// unreadable (R10) and nothing is created or changed. The tests run as
+// root, which chmod 000 does not stop, so the path is made into things no
+// mode bits can make readable as a record: a directory, a dangling symlink
+// (the store does not follow symlinks, so it creates nothing at the target)
+// and a symlink to a valid lock file elsewhere.
+func TestLocalUnopenable(t *testing.T) {
+	ctx := context.Background()
+	const key = "k"
+	cases := map[string]func(t *testing.T, path, elsewhere string){
+		"directory": func(t *testing.T, path, _ string) {
+			if err := os.Mkdir(path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"dangling symlink": func(t *testing.T, path, elsewhere string) {
+			if err := os.Symlink(elsewhere, path); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"symlink to a record": func(t *testing.T, path, elsewhere string) {
+			other := newLocal(t, filepath.Dir(elsewhere))
+			g := mustAcquire(t, other, key)
+			if err := other.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(other.lockPath(key), path); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := newLocal(t, t.TempDir(), WithOwner("a"))
+			path := s.lockPath(key)
+			elsewhere := filepath.Join(t.TempDir(), "target")
+			setup(t, path, elsewhere)
+			before, _ := os.Lstat(path)
+			_, err := s.Acquire(ctx, key)
+			var se *StorageError
+			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &se) {
+				t.Fatalf("Acquire = %v; want a *StorageError matching ErrCorrupt", err)
+			}
+			if _, err := s.Holder(ctx, key); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Holder = %v; want ErrCorrupt", err)
+			}
+			after, err := os.Lstat(path)
+			if err != nil || after.Mode() != before.Mode() || !after.ModTime().Equal(before.ModTime()) {
+				t.Fatalf("lock path changed: %v -> %v (%v)", before.Mode(), after, err)
+			}
+			if _, err := os.Lstat(elsewhere); !errors.Is(err, os.ErrNotExist) && name == "dangling symlink" {
+				t.Fatalf("the symlink's target was created: %v", err)
+			}
+		})
+	}
+}
+
+// wantFlockFree checks that nothing holds the flock on path.
+func wantFlockFree(t *testing.T, path string) {
+	t.Helper()
+	fl := flock.New(path, flock.SetFlag(os.O_RDONLY))
+	ok, err := fl.TryLock()
+	if err != nil || !ok {
+		t.Fatalf("flock on %s still taken (%v): a refused acquire must give it back", path, err)
+	}
+	fl.Unlock()
+}
+
+// TestLocalReleaseWriteFails: when the released record cannot be written,
+// Release returns the error and keeps the flock and the grant, so a retry
+// can succeed (R7).
+func TestLocalReleaseWriteFails(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	a := newLocal(t, root, WithOwner("a"))
+	b := newLocal(t, root, WithOwner("b"))
+	g := mustAcquire(t, a, "k")
+
+	// Swap the record descriptor for a read-only one: the kernel refuses
+	// the write with EBADF, as it would a failing disk.
+	h := a.heldLock("k")
+	good := h.f
+	ro, err := os.Open(a.lockPath("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.f = ro
+	if err := a.Release(ctx, g); !errors.Is(err, ErrStorage) {
+		t.Fatalf("Release with a failing write = %v; want ErrStorage", err)
+	}
+	_, err = b.Acquire(ctx, "k")
+	wantHeld(t, err, "a", 1)
+	if r, err := a.Renew(ctx, g); err != nil || r != g {
+		t.Fatalf("Renew after a failed release = %+v, %v; want the grant kept", r, err)
+	}
+
+	h.f = good
+	ro.Close()
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatalf("retried Release = %v", err)
+	}
+	if g := mustAcquire(t, b, "k"); g.Epoch != 2 || g.PreviousUnclean {
+		t.Fatalf("after the retried release: %+v; want epoch 2 clean", g)
+	}
+}
+
+// TestLocalTornWrites checks the argument in localrecord.go: whatever part
+// of write n+1 reached the disk, the record reads as write n or n+1 (R2).
+func TestLocalTornWrites(t *testing.T) {
+	const key = "k"
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	states := []Record{
+		{Key: key, Owner: "a", Epoch: 1},
+		{Key: key, Owner: "a", Epoch: 1, Released: true},
+		{Key: key, Owner: "b", Epoch: 2},
+		{Key: key, Owner: "b", Epoch: 2, Released: true},
+		{Key: key, Owner: "c", Epoch: 3},
+	}
+	if err := writeRecord(f, 1, states[0]); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(states); i++ {
+		seq := uint64(i + 1)
+		before, _ := os.ReadFile(f.Name())
+		newSlot := encodeSlot(seq, states[i])
+		off := int(slotOffset(seq))
+		// A torn write: the first cut bytes are new, the rest old; and
+		// the other way round (devices do not promise an order).
+		for cut := 0; cut <= slotLen; cut += 8 {
+			for _, newFirst := range []bool{true, false} {
+				img := bytes.Clone(before)
+				if newFirst {
+					copy(img[off:off+cut], newSlot[:cut])
+				} else {
+					copy(img[off+cut:off+slotLen], newSlot[cut:])
+				}
+				if err := f.Truncate(0); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteAt(img, 0); err != nil {
+					t.Fatal(err)
+				}
+				rec, _, err := readRecord(f, key)
+				if err != nil {
+					t.Fatalf("write %d torn at %d: %v", seq, cut, err)
+				}
+				if *rec != states[i-1] && *rec != states[i] {
+					t.Fatalf("write %d torn at %d reads %+v; want %+v or %+v", seq, cut, *rec, states[i-1], states[i])
+				}
+			}
+		}
+		if err := f.Truncate(0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(before, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeRecord(f, seq, states[i]); err != nil {
+			t.Fatal(err)
+		}
+		if rec, got, err := readRecord(f, key); err != nil || *rec != states[i] || got != seq {
+			t.Fatalf("after write %d: %+v seq %d, %v", seq, rec, got, err)
+		}
+	}
+}
+
+// TestLocalGoroutines: stores on one root, each used by its own
+// goroutine, never let two holders overlap, and every grant gets the next
+// epoch (R2, R5).
+func TestLocalGoroutines(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	var (
+		holders atomic.Int32
+		mu      sync.Mutex
+		epochs  []uint64
+		wg      sync.WaitGroup
+		errs    = make(chan error, 8)
+	)
+	for i := range 8 {
+		s := newLocal(t, root, WithOwner(fmt.Sprintf("g%d", i)))
+		wg.Go(func() {
+			for range 25 {
+				g, err := s.Acquire(ctx, "k")
+				if errors.Is(err, ErrHeld) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if holders.Add(1) > 1 {
+					errs <- errors.New("two holders at once")
+				}
+				mu.Lock()
+				epochs = append(epochs, g.Epoch)
+				mu.Unlock()
+				holders.Add(-1)
+				if err := s.Release(ctx, g); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if len(epochs) == 0 {
+		t.Fatal("no acquire succeeded")
+	}
+	for i, e := range epochs {
+		if e != uint64(i+1) {
+			t.Fatalf("grant %d has epoch %d; want %d (epochs %v)", i, e, i+1, epochs)
+		}
+	}
+}
+
+// The rapid model test (model_test.go) also runs against the local store:
+// its crash action closes a store, which drops its flocks without writing.
+func init() {
+	modelBackends = append(modelBackends, modelBackend{
+		name: "local",
+		newBackend: func(t *rapid.T, clock *fakeClock) func(string) Store {
+			root, err := os.MkdirTemp("", "lease-model-")
+			if err != nil {
+				t.Fatalf("MkdirTemp: %v", err)
+			}
+			t.Cleanup(func() { os.RemoveAll(root) })
+			return func(owner string) Store {
+				s, err := NewLocalStore(root, WithOwner(owner), WithClock(clock.Now))
+				if err != nil {
+					t.Fatalf("NewLocalStore: %v", err)
+				}
+				return s
+			}
+		},
+	})
+}
+
+// openFDs counts this process's open descriptors on files under root, so
+// that descriptors other tests or the runtime open do not count.
+func openFDs(t *testing.T, root string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("counting descriptors needs /proc: %v", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, root+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLocalNoDescriptorLeft (Close, R4f): held keys cost descriptors until
+// Release or Close, and refused or contended calls cost none.
+func TestLocalNoDescriptorLeft(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	a := newLocal(t, root, WithOwner("a"))
+	b := newLocal(t, root, WithOwner("b"))
+	g := mustAcquire(t, a, "k1")
+	mustAcquire(t, a, "k2")
+	mustAcquire(t, a, "k2")
+	if _, err := b.Acquire(ctx, "k1"); !errors.Is(err, ErrHeld) {
+		t.Fatalf("Acquire = %v; want ErrHeld", err)
+	}
+	if _, err := b.Holder(ctx, "k2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Holder(ctx, "k1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Holder = %v; want ErrNotFound", err)
+	}
+	if n := openFDs(t, root); n != 2 {
+		t.Fatalf("%d descriptors open holding one key; want 2", n)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := openFDs(t, root); n != 0 {
+		t.Fatalf("%d descriptors open after Close; want none", n)
+	}
+}
+
+// TestLocalInodeCheck: fileIDOf and pathID, which tell whether the lock
+// file path still names the locked inode, agree on one file and its hard
+// links and tell a replaced file apart.
+func TestLocalInodeCheck(t *testing.T) {
+	dir := t.TempDir()
+	path, link := filepath.Join(dir, "lock"), filepath.Join(dir, "link")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Link(path, link); err != nil {
+		t.Fatal(err)
+	}
+	id := func(get func() (fileID, error)) fileID {
+		t.Helper()
+		v, err := get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	byFD := id(func() (fileID, error) { return fileIDOf(f) })
+	if !byFD.same(id(func() (fileID, error) { return pathID(path) })) {
+		t.Fatal("a descriptor and its path name different inodes")
+	}
+	if !byFD.same(id(func() (fileID, error) { return pathID(link) })) {
+		t.Fatal("a hard link names a different inode")
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if byFD.same(id(func() (fileID, error) { return pathID(path) })) {
+		t.Fatal("a replaced file has the old inode")
+	}
+}
+
+// TestLocalCloseWhileBusy: Close while other goroutines use the store ends
+// every call with ErrClosed (or an answer it had before), never a storage
+// error, and leaves no descriptor open.
+func TestLocalCloseWhileBusy(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s, err := NewLocalStore(root, WithOwner("busy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := range 4 {
+		wg.Go(func() {
+			key := fmt.Sprintf("k%d", i)
+			for {
+				g, err := s.Acquire(ctx, key)
+				if err == nil {
+					_, err = s.Renew(ctx, g)
+				}
+				if err == nil {
+					err = s.Release(ctx, g)
+				}
+				switch {
+				case errors.Is(err, ErrClosed):
+					return
+				case err != nil && !errors.Is(err, ErrLost):
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	mustAcquire(t, s, "k-extra") // at least one key held at Close
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("call racing Close: %v; want ErrClosed", err)
+	}
+	if n := openFDs(t, root); n != 0 {
+		t.Fatalf("%d descriptors open after Close; want none", n)
+	}
+}
+
+// TestLocalLoserWaitsForWinnersRecord (R5): between a winner taking the
+// flock and writing its record, the record still shows the last, released
+// holder. A loser must not name that holder: it looks again until the
+// winner's record appears. A flock whose holder never writes is reported
+// as held by an unnamed owner, after a bounded wait.
+func TestLocalLoserWaitsForWinnersRecord(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	a := newLocal(t, root, WithOwner("old"))
+	g := mustAcquire(t, a, "k")
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	path := a.lockPath("k")
+
+	// The "winner": takes the flock by hand and has not written yet.
+	winner := flock.New(path)
+	if ok, err := winner.TryLock(); !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	defer winner.Unlock()
+	loser := newLocal(t, root, WithOwner("loser"))
+	got := make(chan error, 1)
+	go func() {
+		_, err := loser.Acquire(ctx, "k")
+		got <- err
+	}()
+	// Write only once the loser has found the flock taken twice, so that it
+	// has certainly seen the released record.
+	for loser.roundTrips.Load() < 2 {
+		select {
+		case err := <-got:
+			t.Fatalf("Acquire returned %v before the winner wrote its record", err)
+		default:
+			runtime.Gosched()
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := writeRecord(f, 3, Record{Key: "k", Owner: "winner", Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	wantHeld(t, <-got, "winner", 2)
+
+	// A holder that never writes: the loser gives up looking and names nobody.
+	if err := writeRecord(f, 4, Record{Key: "k", Owner: "winner", Epoch: 2, Released: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = loser.Acquire(ctx, "k")
+	wantHeld(t, err, "", 0)
+}

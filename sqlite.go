@@ -1,0 +1,480 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/sqlite" // the "sqlite" database/sql driver: pure Go, no cgo
+)
+
+// The SQLite layout is one table that the sqlite3 shell reads directly:
+//
+//	key         TEXT     the leased key (R1), the primary key
+//	owner       TEXT     the owner id of the last grant
+//	epoch       INTEGER  the fencing token (see below)
+//	expires_ms  INTEGER  when the grant ends, in Unix milliseconds of the store's clock
+//	released    INTEGER  1 once the holder released the key, else 0
+//	version     INTEGER  the compare-and-swap version: 1 on insert, +1 on every write
+//
+// SQLite integers are signed 64-bit, epochs are uint64: an epoch is stored
+// as the int64 with the same bits. Every epoch below 2^63 reads as itself;
+// the top half reads as epoch - 2^64 (math.MaxUint64 is -1). Nothing
+// compares epochs in SQL, so the full range round-trips (R2).
+//
+// PRAGMA user_version holds the schema version (sqliteSchemaVersion), so
+// that a later release can tell which layout a file has and migrate it.
+//
+//	sqlite3 leases.db "SELECT key, owner, epoch, datetime(expires_ms/1000, 'unixepoch'), released FROM leases"
+const (
+	sqliteSchemaVersion = 1
+	sqliteCreateTable   = `CREATE TABLE leases (
+	key        TEXT    NOT NULL PRIMARY KEY,
+	owner      TEXT    NOT NULL,
+	epoch      INTEGER NOT NULL,
+	expires_ms INTEGER NOT NULL,
+	released   INTEGER NOT NULL,
+	version    INTEGER NOT NULL
+) WITHOUT ROWID`
+
+	sqliteGet    = `SELECT owner, epoch, expires_ms, released, version FROM leases WHERE key = ?`
+	sqliteInsert = `INSERT INTO leases (key, owner, epoch, expires_ms, released, version)
+	VALUES (?, ?, ?, ?, ?, 1) ON CONFLICT (key) DO NOTHING`
+	sqliteUpdate = `UPDATE leases SET owner = ?, epoch = ?, expires_ms = ?, released = ?, version = ?
+	WHERE key = ? AND version = ?`
+)
+
+// sqliteColumns is the shape OpenSQLite accepts: names and declared types
+// in order; only key is the primary key.
+var sqliteColumns = []sqliteColumn{
+	{"key", "TEXT", true},
+	{"owner", "TEXT", false},
+	{"epoch", "INTEGER", false},
+	{"expires_ms", "INTEGER", false},
+	{"released", "INTEGER", false},
+	{"version", "INTEGER", false},
+}
+
+type sqliteColumn struct {
+	name, typ string
+	pk        bool
+}
+
+func (c sqliteColumn) String() string {
+	if c.pk {
+		return c.name + " " + c.typ + " PRIMARY KEY"
+	}
+	return c.name + " " + c.typ
+}
+
+// sqliteNotADB is SQLite's result code for a file that is not a database.
+const sqliteNotADB = 26
+
+// sqliteBusyTimeout is how long a write waits for another connection or
+// process to finish its write before failing with SQLITE_BUSY.
+const sqliteBusyTimeout = 5 * time.Second
+
+// OpenSQLite opens the SQLite database file at path as a Driver, creating
+// the file and its leases table if they do not exist. Several processes on
+// one host may open the same file; their stores then lease from each other.
+//
+// Every write is durable before it returns (WAL with synchronous=FULL): a
+// grant survives a crash or power loss (R2). A write that finds another
+// process writing waits up to five seconds for it, then fails with an error
+// that the store reports as a *StorageError.
+//
+// OpenSQLite refuses, without changing anything, a path in a missing
+// directory, a directory, a file that is not an SQLite database, and a
+// database whose leases table or schema version this library did not write.
+// Use a file of its own for leases. Do not open the file with other code in
+// the same process (os.Open and Close would drop SQLite's POSIX locks).
+func OpenSQLite(path string) (Driver, error) {
+	return openSQLite(path, sqliteBusyTimeout)
+}
+
+// openSQLite is OpenSQLite with a chosen busy timeout, for tests.
+func openSQLite(path string, busy time.Duration) (Driver, error) {
+	abs, err := checkSQLitePath(path)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", sqliteDSN(abs, busy))
+	if err != nil {
+		return nil, fmt.Errorf("lease: sqlite %s: %w", abs, err)
+	}
+	// One connection: this process's writers queue in database/sql, which
+	// hands over at once, instead of in SQLite's busy handler, which polls
+	// with sleeps of up to 100 ms. Writes serialise on the file's write
+	// lock anyway, and a read costs microseconds.
+	db.SetMaxOpenConns(1)
+	d := &sqliteDriver{db: db, path: abs}
+	if err := d.setup(context.Background()); err != nil {
+		db.Close()
+		var se *sqlite.Error
+		if errors.As(err, &se) && se.Code()&0xff == sqliteNotADB {
+			return nil, fmt.Errorf("lease: sqlite %s is not an SQLite database: %w", abs, err)
+		}
+		return nil, fmt.Errorf("lease: sqlite %s: %w", abs, err)
+	}
+	return d, nil
+}
+
+// checkSQLitePath turns the bad paths SQLite would report vaguely ("unable
+// to open database file") into clear errors, using only stat so that no
+// descriptor on the database is opened and closed behind SQLite's back.
+func checkSQLitePath(path string) (string, error) {
+	if path == "" {
+		return "", errors.New("lease: sqlite: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("lease: sqlite %s: %w", path, err)
+	}
+	dir := filepath.Dir(abs)
+	switch fi, err := os.Stat(dir); {
+	case err != nil:
+		return "", fmt.Errorf("lease: sqlite %s: directory %s: %w", abs, dir, err)
+	case !fi.IsDir():
+		return "", fmt.Errorf("lease: sqlite %s: %s is not a directory", abs, dir)
+	}
+	switch fi, err := os.Stat(abs); {
+	case errors.Is(err, os.ErrNotExist):
+		return abs, nil // SQLite creates it
+	case err != nil:
+		return "", fmt.Errorf("lease: sqlite %s: %w", abs, err)
+	case fi.IsDir():
+		return "", fmt.Errorf("lease: sqlite %s is a directory, want a database file", abs)
+	case !fi.Mode().IsRegular():
+		return "", fmt.Errorf("lease: sqlite %s is not a regular file (mode %s)", abs, fi.Mode())
+	}
+	return abs, nil
+}
+
+// sqliteDSN names the file as a URI, so that any byte of the path is
+// escaped, with the per-connection pragmas that every pooled connection
+// runs when it opens. journal_mode is not among them: it is a persistent
+// change to the file, made by setup only after the file has been checked.
+func sqliteDSN(abs string, busy time.Duration) string {
+	q := url.Values{"_pragma": {
+		fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
+		"synchronous(FULL)",
+	}}
+	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: q.Encode()}).String()
+}
+
+// sqliteDriver is a Driver over one SQLite file. It is safe for concurrent
+// use: database/sql serialises the calls on its one connection.
+type sqliteDriver struct {
+	db     *sql.DB
+	path   string
+	get    *sql.Stmt
+	insert *sql.Stmt
+	update *sql.Stmt
+	closed atomic.Bool
+}
+
+// setup checks the file and its schema, creates the table when the file is
+// new, switches the file to WAL and prepares the statements. It writes
+// nothing to a file it refuses.
+func (d *sqliteDriver) setup(ctx context.Context) error {
+	if err := d.setupFile(ctx); err != nil {
+		return err
+	}
+	var err error
+	for _, p := range []struct {
+		stmt  **sql.Stmt
+		query string
+	}{{&d.get, sqliteGet}, {&d.insert, sqliteInsert}, {&d.update, sqliteUpdate}} {
+		if *p.stmt, err = d.db.PrepareContext(ctx, p.query); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setupFile does setup's checks and changes on one connection, which it
+// gives back to the pool (of one) when done.
+func (d *sqliteDriver) setupFile(ctx context.Context) error {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	create, err := checkSQLiteSchema(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if create {
+		if err := createSQLiteSchema(ctx, conn); err != nil {
+			return err
+		}
+	}
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+		return fmt.Errorf("switching to WAL: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q after switching to WAL; is the file on a network file system?", mode)
+	}
+	return nil
+}
+
+// checkSQLiteSchema reads the schema version and the leases table's shape.
+// It reports create when the file has neither, and an error when they are
+// not what this library writes.
+func checkSQLiteSchema(ctx context.Context, conn *sql.Conn) (create bool, err error) {
+	var version int64
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return false, fmt.Errorf("reading the schema version: %w", err)
+	}
+	cols, err := sqliteTableColumns(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case len(cols) == 0 && version == 0:
+		return true, nil
+	case len(cols) == 0:
+		return false, fmt.Errorf("user_version is %d but there is no leases table: the file belongs to another program; "+
+			"use a database file of its own for leases", version)
+	case version == 0:
+		return false, fmt.Errorf("a leases table exists, but user_version is 0: it was not made by this library")
+	case version > sqliteSchemaVersion:
+		return false, fmt.Errorf("schema version %d (user_version) is newer than this library's %d: upgrade the library",
+			version, sqliteSchemaVersion)
+	case version != sqliteSchemaVersion:
+		return false, fmt.Errorf("user_version %d is not a lease schema version", version)
+	}
+	return false, checkSQLiteColumns(cols)
+}
+
+// sqliteTableColumns lists the leases table's columns; none if it is absent.
+func sqliteTableColumns(ctx context.Context, conn *sql.Conn) ([]sqliteColumn, error) {
+	rows, err := conn.QueryContext(ctx, "SELECT name, type, pk FROM pragma_table_info('leases')")
+	if err != nil {
+		return nil, fmt.Errorf("reading the leases table: %w", err)
+	}
+	defer rows.Close()
+	var cols []sqliteColumn
+	for rows.Next() {
+		var c sqliteColumn
+		var pk int64
+		if err := rows.Scan(&c.name, &c.typ, &pk); err != nil {
+			return nil, fmt.Errorf("reading the leases table: %w", err)
+		}
+		c.pk = pk != 0
+		cols = append(cols, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the leases table: %w", err)
+	}
+	return cols, nil
+}
+
+// checkSQLiteColumns refuses a leases table of another shape.
+func checkSQLiteColumns(cols []sqliteColumn) error {
+	ok := len(cols) == len(sqliteColumns)
+	for i := 0; ok && i < len(cols); i++ {
+		want := sqliteColumns[i]
+		ok = cols[i].name == want.name && strings.EqualFold(cols[i].typ, want.typ) && cols[i].pk == want.pk
+	}
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("the leases table has columns (%s), want (%s)", joinColumns(cols), joinColumns(sqliteColumns))
+}
+
+func joinColumns(cols []sqliteColumn) string {
+	s := make([]string, len(cols))
+	for i, c := range cols {
+		s[i] = c.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// createSQLiteSchema creates the table and sets the schema version in one
+// transaction. It checks again under the write lock, because another
+// process may have created them since the first look.
+func createSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("creating the leases table: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+		}
+	}()
+	create, err := checkSQLiteSchema(ctx, conn)
+	if err != nil || !create {
+		if err == nil {
+			_, err = conn.ExecContext(ctx, "COMMIT")
+		}
+		return err
+	}
+	for _, stmt := range []string{sqliteCreateTable, fmt.Sprintf("PRAGMA user_version = %d", sqliteSchemaVersion), "COMMIT"} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("creating the leases table: %w", err)
+		}
+	}
+	return nil
+}
+
+// Name returns "sqlite".
+func (d *sqliteDriver) Name() string { return "sqlite" }
+
+// Get reads key's record. A row with a NULL, non-integer or out-of-range
+// column is an error matching ErrCorrupt; the row is left as it is (R10).
+func (d *sqliteDriver) Get(ctx context.Context, key string) (Record, uint64, error) {
+	if d.closed.Load() {
+		return Record{}, 0, ErrClosed
+	}
+	var cols [5]any
+	err := d.get.QueryRowContext(ctx, key).Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Record{}, 0, ErrNotFound
+	case err != nil:
+		return Record{}, 0, d.fail("get", key, err)
+	}
+	return parseSQLiteRow(key, cols)
+}
+
+// parseSQLiteRow turns the columns owner, epoch, expires_ms, released and
+// version into a record, refusing any value this driver would not write.
+func parseSQLiteRow(key string, cols [5]any) (Record, uint64, error) {
+	owner, ok := cols[0].(string)
+	if !ok {
+		return Record{}, 0, corruptColumn(key, "owner", cols[0], "text")
+	}
+	var ints [4]int64
+	for i, name := range [4]string{"epoch", "expires_ms", "released", "version"} {
+		v, ok := cols[i+1].(int64)
+		if !ok {
+			return Record{}, 0, corruptColumn(key, name, cols[i+1], "an integer")
+		}
+		ints[i] = v
+	}
+	epoch, expiresMs, released, version := ints[0], ints[1], ints[2], ints[3]
+	if released != 0 && released != 1 {
+		return Record{}, 0, corrupt("sqlite row %q: released is %d, want 0 or 1", key, released)
+	}
+	if version < 1 {
+		return Record{}, 0, corrupt("sqlite row %q: version is %d, want at least 1", key, version)
+	}
+	rec := Record{
+		Key:       key,
+		Owner:     owner,
+		Epoch:     uint64(epoch), // the stored bits are the uint64's bits
+		ExpiresAt: time.UnixMilli(expiresMs).UTC(),
+		Released:  released == 1,
+	}
+	return rec, uint64(version), nil
+}
+
+// corruptColumn reports a column holding the wrong kind of value.
+func corruptColumn(key, name string, v any, want string) error {
+	var got string
+	switch v := v.(type) {
+	case nil:
+		got = "NULL"
+	case int64:
+		got = fmt.Sprintf("the integer %d", v)
+	case float64:
+		got = fmt.Sprintf("the real %v", v)
+	case string:
+		got = fmt.Sprintf("the text %q", v)
+	case []byte:
+		got = fmt.Sprintf("a %d-byte blob", len(v))
+	default:
+		got = fmt.Sprintf("%T", v)
+	}
+	return corrupt("sqlite row %q: %s is %s, want %s", key, name, got, want)
+}
+
+// Put writes rec in one statement if pre holds: an INSERT that does nothing
+// when the key exists (Absent), or an UPDATE guarded by the version. No
+// row changed means the precondition failed: ErrConflict. It returns once
+// the write is durable (synchronous=FULL).
+func (d *sqliteDriver) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
+	if d.closed.Load() {
+		return 0, ErrClosed
+	}
+	released := 0
+	if rec.Released {
+		released = 1
+	}
+	epoch := int64(rec.Epoch) // same bits; see the layout above
+	expiresMs := rec.ExpiresAt.UnixMilli()
+	var res sql.Result
+	var err error
+	next := uint64(1)
+	switch {
+	case pre.Absent:
+		res, err = d.insert.ExecContext(ctx, rec.Key, rec.Owner, epoch, expiresMs, released)
+	case pre.Version == 0 || pre.Version > math.MaxInt64:
+		return 0, ErrConflict // no stored row has such a version
+	case pre.Version == math.MaxInt64:
+		return 0, d.fail("put", rec.Key, fmt.Errorf("version %d is the largest SQLite stores", pre.Version))
+	default:
+		next = pre.Version + 1
+		res, err = d.update.ExecContext(ctx, rec.Owner, epoch, expiresMs, released, int64(next), rec.Key, int64(pre.Version))
+	}
+	if err != nil {
+		return 0, d.fail("put", rec.Key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, d.fail("put", rec.Key, err)
+	}
+	if n == 0 {
+		return 0, ErrConflict
+	}
+	return next, nil
+}
+
+// fail wraps a database error; after Close it is ErrClosed. A write error
+// here leaves the outcome unknown, and the store re-reads (R9).
+func (d *sqliteDriver) fail(op, key string, err error) error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	return fmt.Errorf("sqlite %s %s %q: %w", d.path, op, key, err)
+}
+
+// Close closes the database. Later calls fail with ErrClosed.
+func (d *sqliteDriver) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	for _, s := range []*sql.Stmt{d.get, d.insert, d.update} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	errs = append(errs, d.db.Close())
+	return errors.Join(errs...)
+}
+
+// openSQLiteStore serves Open's "sqlite:" scheme: a DocumentStore that
+// closes its driver on Close.
+func openSQLiteStore(path string, opts []Option) (Store, error) {
+	d, err := OpenSQLite(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := NewDocumentStore(d, append(opts[:len(opts):len(opts)], closeDriver())...)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return s, nil
+}

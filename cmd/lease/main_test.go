@@ -507,3 +507,34 @@ func TestRunAfterKilledHolder(t *testing.T) {
 		}
 	})
 }
+
+// TestRunLostLease: R6, R8. When another owner takes the key (here written
+// straight into the SQLite file), lease stops COMMAND, SIGKILLing it after
+// --grace if it ignores SIGTERM, and exits with the lost status.
+func TestRunLostLease(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.db")
+	requireStore(t, "sqlite:"+path)
+	p := startLease(t, roleEnv("stubborn"), "run", "--store", "sqlite:"+path, "--ttl", "900ms", "--grace", "100ms", "k", "--", self(t))
+	if l := p.line(t); l != "ready" {
+		t.Fatalf("COMMAND said %q; want ready", l)
+	}
+	d, err := lease.OpenSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	rec, version, err := d.Get(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Owner, rec.Epoch, rec.ExpiresAt = "thief", rec.Epoch+1, time.Now().Add(time.Hour)
+	if _, err := d.Put(t.Context(), rec, lease.Precondition{Version: version}); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != exitLost {
+		t.Errorf("status %d; want %d (stderr %s)", code, exitLost, p.stderr.String())
+	}
+	if stderr := p.stderr.String(); !strings.Contains(stderr, "lease lost") || !strings.Contains(stderr, "SIGKILL") {
+		t.Errorf("stderr %q; want it to report the loss and the SIGKILL", stderr)
+	}
+}

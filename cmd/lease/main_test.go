@@ -235,14 +235,10 @@ func forEachStore(t *testing.T, fn func(t *testing.T, url string)) {
 	}
 }
 
-// requireStore fails unless url opens, except that a store whose code is
-// not in this build yet (its scheme's stub) skips, saying so.
+// requireStore fails unless url opens in this process.
 func requireStore(t *testing.T, url string) {
 	t.Helper()
 	s, err := lease.Open(t.Context(), url)
-	if err != nil && strings.Contains(err.Error(), "not built yet") {
-		t.Skipf("%v: this test runs once that store is merged", err)
-	}
 	if err != nil {
 		t.Fatalf("Open(%q) = %v", url, err)
 	}

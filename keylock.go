@@ -9,9 +9,13 @@ import (
 // its table and the storage it mirrors change together. Calls on different
 // keys do not wait for each other.
 type keyLocks struct {
-	mu sync.Mutex          // guards m
-	m  map[string]*keyLock // present while some call holds or waits for the key
+	mu   sync.Mutex          // guards m and free
+	m    map[string]*keyLock // present while some call holds or waits for the key
+	free []*keyLock          // unreferenced, for reuse: an uncontended call allocates none
 }
+
+// maxFreeKeyLocks bounds keyLocks.free.
+const maxFreeKeyLocks = 64
 
 type keyLock struct {
 	sem  chan struct{} // holds one token while the key is locked
@@ -42,7 +46,7 @@ func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err err
 	}
 	l, ok := k.m[key]
 	if !ok {
-		l = keyLockPool.Get().(*keyLock)
+		l = k.get()
 		k.m[key] = l
 	}
 	l.refs++
@@ -62,9 +66,20 @@ func (k *keyLocks) release(key string, l *keyLock) {
 	defer k.mu.Unlock()
 	if l.refs--; l.refs == 0 {
 		delete(k.m, key)
-		keyLockPool.Put(l) // unlocked and unreferenced: safe to reuse
+		if len(k.free) < maxFreeKeyLocks {
+			k.free = append(k.free, l) // unlocked and unreferenced: safe to reuse
+		}
 	}
 }
 
-// keyLockPool recycles keyLocks, so that an uncontended call allocates none.
-var keyLockPool = sync.Pool{New: func() any { return &keyLock{sem: make(chan struct{}, 1)} }}
+// get returns an unused keyLock. k.mu must be held. The free list is per
+// store rather than a global sync.Pool: a lock's channel then never moves
+// between testing/synctest bubbles, which the runtime forbids.
+func (k *keyLocks) get() *keyLock {
+	if n := len(k.free); n > 0 {
+		l := k.free[n-1]
+		k.free = k.free[:n-1]
+		return l
+	}
+	return &keyLock{sem: make(chan struct{}, 1)}
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/leasekit/lease"
+)
+
+// runFlags are lease run's options.
+type runFlags struct {
+	store    string
+	ttl      time.Duration
+	noWait   bool
+	timeout  time.Duration
+	conflict int
+	grace    time.Duration
+}
+
+// cmdRun is "lease run": hold KEY while COMMAND runs.
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("run")
+	var f runFlags
+	fs.StringVar(&f.store, "store", "", "store URL")
+	fs.DurationVar(&f.ttl, "ttl", lease.DefaultTTL, "lease TTL; renewed every third of it")
+	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once if KEY is held")
+	fs.DurationVar(&f.timeout, "timeout", 0, "give up waiting for KEY after this long")
+	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status when KEY is held")
+	fs.DurationVar(&f.grace, "grace", 0, "after loss, SIGKILL this long after SIGTERM (default TTL/12)")
+	key, argv, err := parseKey(fs, args)
+	if err == nil {
+		err = f.check(key, argv)
+	}
+	if err != nil {
+		return exitFor(err, stdout, stderr)
+	}
+	url := storeURL(f.store)
+	if err := checkScheme(url); err != nil {
+		return fail(stderr, exitUsage, "%v", err)
+	}
+
+	// Until the wait for KEY starts, signals have their default effect:
+	// nothing is held yet.
+	s, err := lease.Open(context.Background(), url, lease.WithTTL(f.ttl))
+	if err != nil {
+		return fail(stderr, exitStore, "%v", err)
+	}
+	defer s.Close()
+	// From now on signals stop the wait for KEY, and are forwarded to
+	// COMMAND once it runs.
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigc)
+	h, code := f.hold(s, key, sigc, stderr)
+	if h == nil {
+		return code
+	}
+	sv := supervisor{stdin: os.Stdin, stdout: os.Stdout, stderr: stderr, sigc: sigc, grace: f.grace}
+	return sv.run(h, argv)
+}
+
+// check validates the command line beyond what the flag package does.
+func (f *runFlags) check(key string, argv []string) error {
+	switch {
+	case len(argv) == 0:
+		return usagef("run: missing COMMAND after KEY (lease help)")
+	case f.noWait && f.timeout > 0:
+		return usagef("run: --no-wait and --timeout exclude each other")
+	case f.timeout < 0:
+		return usagef("run: --timeout %v is negative", f.timeout)
+	case f.ttl <= 0:
+		return usagef("run: --ttl %v is not positive", f.ttl)
+	case f.grace < 0:
+		return usagef("run: --grace %v is negative", f.grace)
+	case f.conflict < 0 || f.conflict > 255:
+		return usagef("run: --conflict-exit-code %d is not in 0..255", f.conflict)
+	}
+	if err := lease.ValidateKey(key); err != nil {
+		return usagef("%v", err)
+	}
+	if f.grace == 0 {
+		f.grace = f.ttl / 12 // half the default safety margin: COMMAND is gone before the lease could pass on
+	}
+	return nil
+}
+
+// hold waits for KEY as the flags say. On failure it returns a nil Held
+// and the exit status, having printed why.
+func (f *runFlags) hold(s lease.Store, key string, sigc <-chan os.Signal, stderr io.Writer) (*lease.Held, int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if f.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, f.timeout)
+		defer cancel()
+	}
+	var opts []lease.HoldOption
+	if f.noWait {
+		opts = append(opts, lease.FailIfHeld())
+	}
+
+	var got os.Signal
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case got = <-sigc:
+			cancel()
+		case <-stop:
+		}
+	}()
+	h, err := lease.Hold(ctx, s, key, opts...)
+	close(stop)
+	<-watched
+
+	if got != nil { // interrupted: leave as the signal would have left us
+		if h != nil {
+			_ = h.Release(context.Background())
+		}
+		return nil, 128 + signum(got)
+	}
+	switch {
+	case err == nil:
+		return h, 0
+	case errors.Is(err, lease.ErrHeld):
+		return nil, fail(stderr, f.conflict, "%v", err)
+	case errors.Is(err, lease.ErrInvalidKey):
+		return nil, fail(stderr, exitUsage, "%v", err)
+	}
+	return nil, fail(stderr, exitStore, "%v", err)
+}
+
+// signum returns sig's number, for the 128+N exit convention.
+func signum(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return int(s)
+	}
+	return 0
+}

@@ -22,6 +22,8 @@ type DocumentStore struct {
 	closed  bool
 }
 
+var _ Store = (*DocumentStore)(nil)
+
 // heldGrant is a grant this instance holds and the record version it wrote.
 type heldGrant struct {
 	grant   Grant

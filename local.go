@@ -42,6 +42,8 @@ type LocalStore struct {
 	roundTrips atomic.Uint64 // flock operations and durable writes; read by benchmarks
 }
 
+var _ Store = (*LocalStore)(nil)
+
 // localLock is a key whose flock this instance holds.
 type localLock struct {
 	fl    *flock.Flock // owns the descriptor that holds the flock

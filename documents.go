@@ -74,6 +74,7 @@ func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) 
 		return Grant{}, err
 	}
 	defer unlock()
+	raced, seen := false, uint64(0) // a compare-and-swap failed; the epoch it was decided against
 	for range maxAcquireAttempts {
 		rec, version, err := s.read(ctx, "acquire", key)
 		if err != nil {
@@ -81,6 +82,14 @@ func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) 
 		}
 		now := s.cfg.now()
 		mine, isMine := s.heldAt(key, rec)
+		if raced && !isMine && rec != nil && rec.Epoch > seen {
+			// R5: another store acquired between our read and our write.
+			// We lost the race, even if the winner has released since.
+			return Grant{}, heldBy(*rec)
+		}
+		if rec != nil {
+			seen = rec.Epoch
+		}
 		out := decide(acquireInput{
 			Stored:  rec,
 			Mine:    isMine,
@@ -105,6 +114,7 @@ func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) 
 			}
 			return g, nil
 		case errors.Is(err, errSuperseded), errors.Is(err, ErrConflict):
+			raced = true
 			continue // someone else wrote first: re-read and decide again
 		default:
 			return Grant{}, err

@@ -1,0 +1,50 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+)
+
+// hookDriver runs beforePut once, just before the next Put reaches the
+// driver, so a test can make another store win the race in between.
+type hookDriver struct {
+	Driver
+	mu        sync.Mutex
+	beforePut func()
+}
+
+func (h *hookDriver) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
+	h.mu.Lock()
+	fn := h.beforePut
+	h.beforePut = nil
+	h.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return h.Driver.Put(ctx, rec, pre)
+}
+
+// TestReviewR5LoserNamesWinnerThatReleased: alice reads the key free, bob
+// acquires and releases before alice's compare-and-swap, which fails. Alice
+// lost the race: she gets ErrHeld naming bob's grant, not a second win (R5).
+func TestReviewR5LoserNamesWinnerThatReleased(t *testing.T) {
+	clock := newFakeClock()
+	h := &hookDriver{Driver: NewMemoryDriver()}
+	a := newDocStore(t, h, clock, "alice")
+	b := newDocStore(t, h.Driver, clock, "bob") // same records, no hook
+	var won Grant
+	h.beforePut = func() {
+		won = mustAcquire(t, b, "k")
+		wantErr(t, "bob's Release", b.Release(ctxBG, won), nil)
+	}
+	g, err := a.Acquire(ctxBG, "k")
+	var held *HeldError
+	if !errors.As(err, &held) || !errors.Is(err, ErrHeld) {
+		t.Fatalf("alice's Acquire = %+v, %v; want ErrHeld naming bob", g, err)
+	}
+	if held.Owner != "bob" || held.Epoch != won.Epoch {
+		t.Fatalf("HeldError names %q epoch %d; want bob epoch %d", held.Owner, held.Epoch, won.Epoch)
+	}
+}

@@ -157,6 +157,9 @@ func (s *DocumentStore) Release(ctx context.Context, g Grant) error {
 	}
 	defer unlock()
 	h, err := s.holding(ctx, "release", g, false)
+	if errors.Is(err, errReleased) {
+		return nil // R9: an earlier, unsettled release of g landed
+	}
 	if err != nil {
 		return err
 	}
@@ -307,7 +310,7 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew b
 	}
 	s.mu.Lock()
 	h, ok := s.held[g.Key]
-	_, unsettled := s.pending[g.Key]
+	p, unsettled := s.pending[g.Key]
 	s.mu.Unlock()
 	if ok && !unsettled && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
 		return h, nil
@@ -315,6 +318,10 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew b
 	rec, version, err := s.read(ctx, op, g.Key)
 	if err != nil {
 		return heldGrant{}, err
+	}
+	if !renew && unsettled && p.want.Released && p.grant.Owner == g.Owner && p.grant.Epoch == g.Epoch &&
+		rec != nil && sameState(*rec, p.want) {
+		return heldGrant{}, errReleased // a retried release finds its own write
 	}
 	if rec == nil || rec.Released || rec.Owner != g.Owner || rec.Epoch != g.Epoch {
 		return heldGrant{}, lost(g.Key, g.Epoch)
@@ -339,6 +346,10 @@ func (s *DocumentStore) lostOr(g Grant, err error) error {
 	}
 	return err
 }
+
+// errReleased: the read showed that an earlier release of the grant, whose
+// outcome was unknown, has landed.
+var errReleased = errors.New("lease: release landed")
 
 // errSuperseded: an ambiguous write's re-read showed another write in its place.
 var errSuperseded = errors.New("lease: write superseded")

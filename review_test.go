@@ -48,3 +48,17 @@ func TestReviewR5LoserNamesWinnerThatReleased(t *testing.T) {
 		t.Fatalf("HeldError names %q epoch %d; want bob epoch %d", held.Owner, held.Epoch, won.Epoch)
 	}
 }
+
+// TestReviewR7RetriedReleaseAfterUnsettledWrite: a release whose write
+// landed but whose reply and re-read were lost is retried; the retry finds
+// its own write and succeeds instead of reporting ErrLost (R7, R9).
+func TestReviewR7RetriedReleaseAfterUnsettledWrite(t *testing.T) {
+	f := &faultDriver{Driver: NewMemoryDriver()}
+	a := newDocStore(t, f, newFakeClock(), "alice")
+	g := mustAcquire(t, a, "k")
+	f.set(func(f *faultDriver) { f.failPutAfter, f.failGets = true, 1 })
+	wantStorageErr(t, "Release", a.Release(ctxBG, g))
+	if err := a.Release(ctxBG, g); err != nil {
+		t.Fatalf("retried Release = %v; want nil: the first write landed", err)
+	}
+}

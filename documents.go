@@ -131,20 +131,26 @@ func (s *DocumentStore) Renew(ctx context.Context, g Grant) (Grant, error) {
 		return Grant{}, err
 	}
 	defer unlock()
-	h, err := s.holding(ctx, "renew", g, true)
-	if err != nil {
+	for attempt := 0; ; attempt++ {
+		h, err := s.holding(ctx, "renew", g, true)
+		if err != nil {
+			return Grant{}, err
+		}
+		now := s.cfg.now()
+		if expired(h.grant.ExpiresAt, now) {
+			return Grant{}, lost(g.Key, g.Epoch)
+		}
+		next := h.grant
+		next.ExpiresAt = s.expiry(now)
+		err = s.write(ctx, "renew", next, false, Precondition{Version: h.version})
+		if err == nil {
+			return next, nil
+		}
+		if err = s.lostOr(g, err); attempt == 0 && errors.Is(err, ErrLost) {
+			continue // the version moved: re-read, the record may still name g (R6)
+		}
 		return Grant{}, err
 	}
-	now := s.cfg.now()
-	if expired(h.grant.ExpiresAt, now) {
-		return Grant{}, lost(g.Key, g.Epoch)
-	}
-	next := h.grant
-	next.ExpiresAt = s.expiry(now)
-	if err := s.write(ctx, "renew", next, false, Precondition{Version: h.version}); err != nil {
-		return Grant{}, s.lostOr(g, err)
-	}
-	return next, nil
 }
 
 // Release marks g's record released, keeping its epoch (R7). It costs one
@@ -156,17 +162,23 @@ func (s *DocumentStore) Release(ctx context.Context, g Grant) error {
 		return err
 	}
 	defer unlock()
-	h, err := s.holding(ctx, "release", g, false)
-	if errors.Is(err, errReleased) {
-		return nil // R9: an earlier, unsettled release of g landed
-	}
-	if err != nil {
+	for attempt := 0; ; attempt++ {
+		h, err := s.holding(ctx, "release", g, false)
+		if errors.Is(err, errReleased) {
+			return nil // R9: an earlier, unsettled release of g landed
+		}
+		if err != nil {
+			return err
+		}
+		err = s.write(ctx, "release", h.grant, true, Precondition{Version: h.version})
+		if err == nil {
+			return nil
+		}
+		if err = s.lostOr(g, err); attempt == 0 && errors.Is(err, ErrLost) {
+			continue // the version moved: re-read, the record may still name g (R7)
+		}
 		return err
 	}
-	if err := s.write(ctx, "release", h.grant, true, Precondition{Version: h.version}); err != nil {
-		return s.lostOr(g, err)
-	}
-	return nil
 }
 
 // Holder returns the record of key's live holder, or ErrNotFound when the
@@ -334,7 +346,8 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew b
 }
 
 // lostOr turns a failed renew or release write into ErrLost when the
-// record no longer names g; storage errors pass through.
+// record's version moved, and drops g from the table so that a retry
+// re-reads; storage errors pass through.
 func (s *DocumentStore) lostOr(g Grant, err error) error {
 	if errors.Is(err, ErrConflict) || errors.Is(err, errSuperseded) {
 		s.mu.Lock()

@@ -62,3 +62,33 @@ func TestReviewR7RetriedReleaseAfterUnsettledWrite(t *testing.T) {
 		t.Fatalf("retried Release = %v; want nil: the first write landed", err)
 	}
 }
+
+// TestReviewR7ReleaseAfterSameOwnerRenew: two instances of one owner; the
+// second renews the first's grant, so the first's table has a stale
+// version. The record still names the grant, unreleased: Release succeeds
+// (R7), and so does Renew (R6).
+func TestReviewR7ReleaseAfterSameOwnerRenew(t *testing.T) {
+	clock := newFakeClock()
+	d := NewMemoryDriver()
+	a1 := newDocStore(t, d, clock, "alice")
+	a2 := newDocStore(t, d, clock, "alice")
+	g := mustAcquire(t, a1, "k")
+	clock.Advance(testTTL / 2)
+	if _, err := a2.Renew(ctxBG, g); err != nil {
+		t.Fatalf("Renew through the second instance = %v", err)
+	}
+	clock.Advance(testTTL / 4)
+	if _, err := a1.Renew(ctxBG, g); err != nil {
+		t.Fatalf("Renew through the first instance = %v; want success (R6)", err)
+	}
+	if _, err := a2.Renew(ctxBG, g); err != nil {
+		t.Fatalf("Renew through the second instance again = %v; want success (R6)", err)
+	}
+	if err := a1.Release(ctxBG, g); err != nil {
+		t.Fatalf("Release through the first instance = %v; want nil (R7)", err)
+	}
+	rec, _, err := d.Get(ctxBG, "k")
+	if err != nil || !rec.Released || rec.Epoch != g.Epoch {
+		t.Fatalf("record = %+v, %v; want released epoch %d", rec, err, g.Epoch)
+	}
+}

@@ -297,7 +297,9 @@ func sameState(a, b Record) bool {
 // commitLocked records a write that landed. s.mu must be held.
 func (s *DocumentStore) commitLocked(g Grant, released bool, version uint64) {
 	if !released {
-		s.held[g.Key] = heldGrant{grant: g, version: version}
+		if g.Owner == s.cfg.owner { // another owner's grant, renewed here, is not ours (R4c)
+			s.held[g.Key] = heldGrant{grant: g, version: version}
+		}
 		return
 	}
 	if h, ok := s.held[g.Key]; ok && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {

@@ -92,3 +92,19 @@ func TestReviewR7ReleaseAfterSameOwnerRenew(t *testing.T) {
 		t.Fatalf("record = %+v, %v; want released epoch %d", rec, err, g.Epoch)
 	}
 }
+// TestReviewR4ForeignGrantNotMine: alice's store renews bob's grant (the
+// record names it, so R6 allows it), but the grant is bob's: alice's
+// Acquire is R4e, ErrHeld naming bob, never bob's grant handed to alice.
+func TestReviewR4ForeignGrantNotMine(t *testing.T) {
+	clock := newFakeClock()
+	d := NewMemoryDriver()
+	a := newDocStore(t, d, clock, "alice")
+	b := newDocStore(t, d, clock, "bob")
+	g := mustAcquire(t, b, "k")
+	_, _ = a.Renew(ctxBG, g)
+	got, err := a.Acquire(ctxBG, "k")
+	var held *HeldError
+	if !errors.As(err, &held) || held.Owner != "bob" {
+		t.Fatalf("alice's Acquire = %+v, %v; want ErrHeld naming bob (R4e)", got, err)
+	}
+}

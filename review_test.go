@@ -92,6 +92,7 @@ func TestReviewR7ReleaseAfterSameOwnerRenew(t *testing.T) {
 		t.Fatalf("record = %+v, %v; want released epoch %d", rec, err, g.Epoch)
 	}
 }
+
 // TestReviewR4ForeignGrantNotMine: alice's store renews bob's grant (the
 // record names it, so R6 allows it), but the grant is bob's: alice's
 // Acquire is R4e, ErrHeld naming bob, never bob's grant handed to alice.

@@ -16,10 +16,13 @@ type DocumentStore struct {
 	cfg   config
 	locks keyLocks
 
-	mu      sync.Mutex              // guards the three fields below
+	mu      sync.Mutex              // guards the four fields below
 	held    map[string]heldGrant    // grants this instance holds, by key
 	pending map[string]pendingWrite // writes whose outcome is still unknown (R9), by key
-	closed  bool
+	// unseen: releases whose Release returned an error but which a later
+	// read showed landed, by key; a retried Release of that grant succeeds.
+	unseen map[string]Grant
+	closed bool
 }
 
 // heldGrant is a grant this instance holds and the record version it wrote.
@@ -57,6 +60,7 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 		cfg:     cfg,
 		held:    make(map[string]heldGrant),
 		pending: make(map[string]pendingWrite),
+		unseen:  make(map[string]Grant),
 	}, nil
 }
 
@@ -271,11 +275,17 @@ func (s *DocumentStore) settle(key string, rec *Record, version uint64) {
 		case rec != nil && sameState(*rec, p.want): // the write landed
 			delete(s.pending, key)
 			s.commitLocked(p.grant, p.want.Released, version)
+			if p.want.Released {
+				s.unseen[key] = p.grant
+			}
 		case rec == nil && p.pre.Absent, rec != nil && version == p.pre.Version:
 			// Not landed yet; it may still land, so keep it.
 		default: // something else was written since: ours can never land
 			delete(s.pending, key)
 		}
+	}
+	if u, ok := s.unseen[key]; ok && (rec == nil || !rec.Released || rec.Owner != u.Owner || rec.Epoch != u.Epoch) {
+		delete(s.unseen, key) // the release was superseded: a retry is ErrLost
 	}
 	h, ok := s.held[key]
 	if !ok {
@@ -324,7 +334,7 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew b
 	}
 	s.mu.Lock()
 	h, ok := s.held[g.Key]
-	p, unsettled := s.pending[g.Key]
+	_, unsettled := s.pending[g.Key]
 	s.mu.Unlock()
 	if ok && !unsettled && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
 		return h, nil
@@ -333,9 +343,15 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew b
 	if err != nil {
 		return heldGrant{}, err
 	}
-	if !renew && unsettled && p.want.Released && p.grant.Owner == g.Owner && p.grant.Epoch == g.Epoch &&
-		rec != nil && sameState(*rec, p.want) {
-		return heldGrant{}, errReleased // a retried release finds its own write
+	if !renew && rec != nil && rec.Released && rec.Owner == g.Owner && rec.Epoch == g.Epoch {
+		s.mu.Lock()
+		u, ok := s.unseen[g.Key]
+		if ok && u.Owner == g.Owner && u.Epoch == g.Epoch {
+			delete(s.unseen, g.Key)
+			s.mu.Unlock()
+			return heldGrant{}, errReleased // a retried release finds its own write
+		}
+		s.mu.Unlock()
 	}
 	if rec == nil || rec.Released || rec.Owner != g.Owner || rec.Epoch != g.Epoch {
 		return heldGrant{}, lost(g.Key, g.Epoch)
@@ -379,6 +395,7 @@ func (s *DocumentStore) write(ctx context.Context, op string, g Grant, released 
 	if err == nil {
 		s.mu.Lock()
 		delete(s.pending, g.Key)
+		delete(s.unseen, g.Key)
 		s.commitLocked(g, released, version)
 		s.mu.Unlock()
 		return nil
@@ -395,6 +412,9 @@ func (s *DocumentStore) write(ctx context.Context, op string, g Grant, released 
 		return &StorageError{Op: op, Key: g.Key, Err: errors.Join(err, rerr)}
 	}
 	if rec != nil && sameState(*rec, want) {
+		s.mu.Lock()
+		delete(s.unseen, g.Key) // reported as landed: a second release is ErrLost
+		s.mu.Unlock()
 		return nil // it landed; read settled the table
 	}
 	s.mu.Lock()

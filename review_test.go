@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 )
@@ -108,4 +109,272 @@ func TestReviewR4ForeignGrantNotMine(t *testing.T) {
 	if !errors.As(err, &held) || held.Owner != "bob" {
 		t.Fatalf("alice's Acquire = %+v, %v; want ErrHeld naming bob (R4e)", got, err)
 	}
+}
+
+// TestReviewR9PendingAcquireSupersededAndTwoKeys: an acquire whose write and
+// re-read failed is superseded by another store: the retry names it (R9,
+// R4e); an unsettled write on one key does not disturb another key.
+func TestReviewR9PendingAcquireSupersededAndTwoKeys(t *testing.T) {
+	clock := newFakeClock()
+	f := &lossyDriver{Driver: NewMemoryDriver()}
+	a := newDocStore(t, f, clock, "alice")
+	b := newDocStore(t, f.Driver, clock, "bob")
+	f.arm(false, 1)
+	_, err := a.Acquire(ctxBG, "k")
+	wantStorageErr(t, "Acquire", err)
+	gb := mustAcquire(t, b, "k")
+	_, err = a.Acquire(ctxBG, "k")
+	var he *HeldError
+	if !errors.As(err, &he) || he.Owner != "bob" || he.Epoch != gb.Epoch {
+		t.Fatalf("alice retry = %v", err)
+	}
+	// two keys
+	f.arm(true, 1)
+	_, err = a.Acquire(ctxBG, "k1")
+	wantStorageErr(t, "Acquire k1", err)
+	g2 := mustAcquire(t, a, "k2")
+	g1 := mustAcquire(t, a, "k1")
+	if g1.Epoch != 1 || g2.Epoch != 1 {
+		t.Fatal(g1, g2)
+	}
+	_, err = b.Acquire(ctxBG, "k1")
+	wantErr(t, "bob k1", err, ErrHeld)
+}
+
+// TestReviewR9UnseenTakeoverThenR4d: a takeover that landed unseen is found
+// by the retry with PreviousUnclean kept (R9, R4f); once it expires it is R4d.
+func TestReviewR9UnseenTakeoverThenR4d(t *testing.T) {
+	clock := newFakeClock()
+	f := &lossyDriver{Driver: NewMemoryDriver()}
+	a := newDocStore(t, f, clock, "alice")
+	b := newDocStore(t, f.Driver, clock, "bob")
+	g0 := mustAcquire(t, b, "k")
+	clock.Advance(testTTL)
+	f.arm(true, 1)
+	_, err := a.Acquire(ctxBG, "k")
+	wantStorageErr(t, "Acquire", err)
+	g := mustAcquire(t, a, "k")
+	if g.Epoch != g0.Epoch+1 || !g.PreviousUnclean {
+		t.Fatalf("retry = %+v; want epoch 2 unclean", g)
+	}
+	clock.Advance(testTTL)
+	g3 := mustAcquire(t, a, "k")
+	if g3.Epoch != 3 || g3.PreviousUnclean {
+		t.Fatalf("R4d = %+v", g3)
+	}
+}
+
+// TestReviewR4PreviousLifeAndR6AtExpiry: a new instance of the same owner
+// meets the old record as R4e/f; renew exactly at ExpiresAt is ErrLost (R6);
+// a release after a takeover is ErrLost (R7).
+func TestReviewR4PreviousLifeAndR6AtExpiry(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d Driver) {
+		clock := newFakeClock()
+		a1 := newDocStore(t, d, clock, "alice")
+		g := mustAcquire(t, a1, "k")
+		a2 := newDocStore(t, d, clock, "alice")
+		_, err := a2.Acquire(ctxBG, "k")
+		var he *HeldError
+		if !errors.As(err, &he) || he.Owner != "alice" || he.Epoch != 1 {
+			t.Fatalf("previous life = %v", err)
+		}
+		clock.Advance(testTTL)
+		_, err = a2.Renew(ctxBG, g)
+		wantErr(t, "renew at expiry via other instance", err, ErrLost)
+		_, err = a1.Renew(ctxBG, g)
+		wantErr(t, "renew at expiry", err, ErrLost)
+		g2 := mustAcquire(t, a2, "k")
+		if g2.Epoch != 2 || !g2.PreviousUnclean {
+			t.Fatalf("f = %+v", g2)
+		}
+		wantErr(t, "a1 release", a1.Release(ctxBG, g), ErrLost)
+		h, err := a1.Holder(ctxBG, "k")
+		if err != nil || h.Epoch != 2 {
+			t.Fatal(h, err)
+		}
+	})
+}
+
+// TestReviewConcurrentStoresRace: many goroutines on two stores, same and
+// different keys, under -race: only grants, ErrHeld and ErrLost (R5).
+func TestReviewConcurrentStoresRace(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d Driver) {
+		clock := newFakeClock()
+		stores := []*DocumentStore{newDocStore(t, d, clock, "alice"), newDocStore(t, d, clock, "bob")}
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s := stores[i%2]
+				key := fmt.Sprintf("k%d", i%3)
+				for j := range 30 {
+					g, err := s.Acquire(ctxBG, key)
+					if errors.Is(err, ErrHeld) {
+						continue
+					}
+					if err != nil {
+						t.Errorf("acquire: %v", err)
+						return
+					}
+					if _, err := s.Renew(ctxBG, g); err != nil && !errors.Is(err, ErrLost) {
+						t.Errorf("renew: %v", err)
+					}
+					if j%3 == 0 {
+						if err := s.Release(ctxBG, g); err != nil && !errors.Is(err, ErrLost) {
+							t.Errorf("release: %v", err)
+						}
+					}
+					if j%7 == 0 {
+						clock.Advance(testTTL / 3)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+// lossyDriver fails the next Put's reply (after or before committing) and
+// then the next getsAfter Gets: the reply and the re-read are both lost.
+type lossyDriver struct {
+	Driver
+	mu        sync.Mutex
+	armed     bool
+	commit    bool
+	getsAfter int
+}
+
+func (l *lossyDriver) arm(commit bool, gets int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed, l.commit, l.getsAfter = true, commit, 0
+	l.getsAfter = -gets // negative: waiting for the Put
+}
+
+func (l *lossyDriver) Get(ctx context.Context, key string) (Record, uint64, error) {
+	l.mu.Lock()
+	fail := l.getsAfter > 0
+	if fail {
+		l.getsAfter--
+	}
+	l.mu.Unlock()
+	if fail {
+		return Record{}, 0, errInjected
+	}
+	return l.Driver.Get(ctx, key)
+}
+
+func (l *lossyDriver) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
+	l.mu.Lock()
+	armed, commit := l.armed, l.commit
+	if armed {
+		l.armed, l.getsAfter = false, -l.getsAfter
+	}
+	l.mu.Unlock()
+	if !armed {
+		return l.Driver.Put(ctx, rec, pre)
+	}
+	if commit {
+		if _, err := l.Driver.Put(ctx, rec, pre); err != nil {
+			return 0, err
+		}
+	}
+	return 0, errInjected
+}
+
+// TestReviewR9UnsettledWrites: writes whose reply and re-read were both lost
+// are settled by the next call on the key, whichever it is (R9, R7).
+func TestReviewR9UnsettledWrites(t *testing.T) {
+	type env struct {
+		f     *lossyDriver
+		clock *fakeClock
+		a, b  *DocumentStore
+	}
+	mk := func(t *testing.T) env {
+		clock := newFakeClock()
+		f := &lossyDriver{Driver: NewMemoryDriver()}
+		return env{f, clock, newDocStore(t, f, clock, "alice"), newDocStore(t, f.Driver, clock, "bob")}
+	}
+	t.Run("acquire landed, Holder settles, acquire reuses", func(t *testing.T) {
+		e := mk(t)
+		e.f.arm(true, 1)
+		_, err := e.a.Acquire(ctxBG, "k")
+		wantStorageErr(t, "Acquire", err)
+		if r, err := e.a.Holder(ctxBG, "k"); err != nil || r.Owner != "alice" {
+			t.Fatal(r, err)
+		}
+		g := mustAcquire(t, e.a, "k")
+		if g.Epoch != 1 {
+			t.Fatal(g)
+		}
+		_, err = e.b.Acquire(ctxBG, "k")
+		wantErr(t, "bob", err, ErrHeld)
+		wantErr(t, "release", e.a.Release(ctxBG, g), nil)
+	})
+	t.Run("renew landed, retry renew", func(t *testing.T) {
+		e := mk(t)
+		g := mustAcquire(t, e.a, "k")
+		e.clock.Advance(testTTL / 2)
+		e.f.arm(true, 1)
+		_, err := e.a.Renew(ctxBG, g)
+		wantStorageErr(t, "Renew", err)
+		e.clock.Advance(testTTL * 3 / 4) // past the old expiry, before the new
+		r, err := e.a.Renew(ctxBG, g)
+		if err != nil || r.Epoch != 1 || !r.ExpiresAt.Equal(e.clock.Now().Add(testTTL)) {
+			t.Fatal(r, err)
+		}
+	})
+	t.Run("renew not landed, retry after old expiry is ErrLost", func(t *testing.T) {
+		e := mk(t)
+		g := mustAcquire(t, e.a, "k")
+		e.clock.Advance(testTTL / 2)
+		e.f.arm(false, 1)
+		_, err := e.a.Renew(ctxBG, g)
+		wantStorageErr(t, "Renew", err)
+		e.clock.Advance(testTTL / 2)
+		_, err = e.a.Renew(ctxBG, g)
+		wantErr(t, "Renew", err, ErrLost)
+		// release after expiry, nobody took over (R7)
+		wantErr(t, "Release", e.a.Release(ctxBG, g), nil)
+		g2 := mustAcquire(t, e.b, "k")
+		if g2.Epoch != 2 || g2.PreviousUnclean {
+			t.Fatal(g2)
+		}
+	})
+	t.Run("release not landed, retry", func(t *testing.T) {
+		e := mk(t)
+		g := mustAcquire(t, e.a, "k")
+		e.f.arm(false, 1)
+		wantStorageErr(t, "Release", e.a.Release(ctxBG, g))
+		_, err := e.b.Acquire(ctxBG, "k")
+		wantErr(t, "bob", err, ErrHeld)
+		wantErr(t, "Release", e.a.Release(ctxBG, g), nil)
+		g2 := mustAcquire(t, e.b, "k")
+		if g2.Epoch != 2 || g2.PreviousUnclean {
+			t.Fatal(g2)
+		}
+	})
+	t.Run("release landed, Holder between, retry", func(t *testing.T) {
+		e := mk(t)
+		g := mustAcquire(t, e.a, "k")
+		e.f.arm(true, 1)
+		wantStorageErr(t, "Release", e.a.Release(ctxBG, g))
+		_, err := e.a.Holder(ctxBG, "k")
+		wantErr(t, "Holder", err, ErrNotFound)
+		wantErr(t, "retried Release", e.a.Release(ctxBG, g), nil)
+		wantErr(t, "third Release", e.a.Release(ctxBG, g), ErrLost)
+	})
+	t.Run("acquire takeover landed unseen keeps PreviousUnclean", func(t *testing.T) {
+		e := mk(t)
+		mustAcquire(t, e.b, "k")
+		e.clock.Advance(testTTL)
+		e.f.arm(true, 1)
+		_, err := e.a.Acquire(ctxBG, "k")
+		wantStorageErr(t, "Acquire", err)
+		g := mustAcquire(t, e.a, "k")
+		if g.Epoch != 2 || !g.PreviousUnclean {
+			t.Fatal(g)
+		}
+	})
 }

@@ -378,3 +378,31 @@ func TestReviewR9UnsettledWrites(t *testing.T) {
 		}
 	})
 }
+
+// TestReviewR10SQLiteCorruptHeldRow: a row that its holder's store has in
+// its table is corrupted behind its back (same version). Renew and Release
+// fail with ErrCorrupt and leave the row as it is; Acquire never turns it
+// into a clean grant (R10).
+func TestReviewR10SQLiteCorruptHeldRow(t *testing.T) {
+	for _, set := range []string{"epoch = 'x'", "owner = ''", "owner = 'a b'", "epoch = 0", "released = 2", "expires_ms = 1.5"} {
+		t.Run(set, func(t *testing.T) {
+			d := openTestSQLite(t)
+			db := rawSQLite(t, d.(*sqliteDriver).path)
+			s := newDocStore(t, d, newFakeClock(), "alice")
+			g := mustAcquire(t, s, "k")
+			mustExec(t, db, "UPDATE leases SET "+set+" WHERE key = 'k'")
+			before := quoteRow(t, db, "k")
+			_, err := s.Renew(ctxBG, g)
+			wantStorageErr(t, "Renew", err)
+			wantErr(t, "Renew", err, ErrCorrupt)
+			err = s.Release(ctxBG, g)
+			wantStorageErr(t, "Release", err)
+			wantErr(t, "Release", err, ErrCorrupt)
+			_, err = s.Acquire(ctxBG, "k")
+			wantErr(t, "Acquire", err, ErrCorrupt)
+			if after := quoteRow(t, db, "k"); after != before {
+				t.Fatalf("row changed from %s to %s", before, after)
+			}
+		})
+	}
+}

@@ -1,11 +1,14 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // hookDriver runs beforePut once, just before the next Put reaches the
@@ -404,5 +407,40 @@ func TestReviewR10SQLiteCorruptHeldRow(t *testing.T) {
 				t.Fatalf("row changed from %s to %s", before, after)
 			}
 		})
+	}
+}
+
+// TestReviewR10MongoCorruptHeldDocument: a document that its holder's
+// store has in its table is corrupted behind its back (same version).
+// Renew and Release fail with ErrCorrupt and leave it as it is (R10).
+func TestReviewR10MongoCorruptHeldDocument(t *testing.T) {
+	ctx := context.Background()
+	coll := testCollection(t, sharedMongoClient(t))
+	d := newTestMongoDriverOn(t, coll)
+	for i, set := range []bson.D{
+		{{Key: "epoch", Value: "1"}},
+		{{Key: "owner", Value: ""}},
+		{{Key: "owner", Value: "a b"}},
+		{{Key: "epoch", Value: int64(0)}},
+		{{Key: "released", Value: int32(1)}},
+		{{Key: "expires", Value: "soon"}},
+	} {
+		key := fmt.Sprintf("k%d", i)
+		s := newDocStore(t, d, newFakeClock(), "alice")
+		g := mustAcquire(t, s, key)
+		if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: key}}, bson.D{{Key: "$set", Value: set}}); err != nil {
+			t.Fatal(err)
+		}
+		before, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Renew(ctx, g)
+		wantErr(t, fmt.Sprintf("Renew after $set %v", set), err, ErrCorrupt)
+		wantErr(t, fmt.Sprintf("Release after $set %v", set), s.Release(ctx, g), ErrCorrupt)
+		after, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
+		if err != nil || !bytes.Equal(before, after) {
+			t.Fatalf("$set %v: document changed: %v -> %v (%v)", set, before, after, err)
+		}
 	}
 }

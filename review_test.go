@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -442,5 +443,65 @@ func TestReviewR10MongoCorruptHeldDocument(t *testing.T) {
 		if err != nil || !bytes.Equal(before, after) {
 			t.Fatalf("$set %v: document changed: %v -> %v (%v)", set, before, after, err)
 		}
+	}
+}
+
+// TestReviewR1EdgeCases: keys and owners at the edges of R1, refused before
+// storage is touched; a cancelled ctx and a closed store; R11 names.
+func TestReviewR1EdgeCases(t *testing.T) {
+	good := []string{strings.Repeat("a", 256), "@", ":", "-", "_", "a.b", "...", ".a", "a.", "a/b", "a@b:c", "a/.../b", "..a"}
+	bad := []string{"", strings.Repeat("a", 257), "/", "/a", "a/", "a//b", ".", "..", "a/./b", "a/..", "./a", " ", "a b", "é", "a\x00", "a*", "a\\b", "a+b", "a%b", "~"}
+	for _, k := range good {
+		if err := ValidateKey(k); err != nil {
+			t.Errorf("good %q: %v", k, err)
+		}
+	}
+	for _, k := range bad {
+		if err := ValidateKey(k); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("bad %q: %v", k, err)
+		}
+	}
+	for _, o := range []string{strings.Repeat("o", 256), "~", "!", "a:b@c/d"} {
+		if _, err := NewDocumentStore(NewMemoryDriver(), WithOwner(o)); err != nil {
+			t.Errorf("owner %q: %v", o, err)
+		}
+	}
+	for _, o := range []string{strings.Repeat("o", 257), "a b", "a\x7f", "é", "\t"} {
+		if _, err := NewDocumentStore(NewMemoryDriver(), WithOwner(o)); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("owner %q: %v", o, err)
+		}
+		if _, err := NewLocalStore(t.TempDir(), WithOwner(o)); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("local owner %q: %v", o, err)
+		}
+		if _, err := Open(context.Background(), "memory:", WithOwner(o)); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("open owner %q: %v", o, err)
+		}
+	}
+	// cancelled ctx + bad key on every method, closed store
+	s, _ := NewDocumentStore(untouchable{t}, WithOwner("me"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Acquire(ctx, "k")
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+	_, err = s.Renew(ctx, Grant{Key: "k", Owner: "me", Epoch: 1})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled renew: %v", err)
+	}
+	s.Close()
+	_, err = s.Holder(context.Background(), "k")
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("closed: %v", err)
+	}
+	if !DriverHasCrossProcessCAS("sqlite") || !DriverHasCrossProcessCAS("mongodb") || DriverHasCrossProcessCAS("memory") || DriverHasCrossProcessCAS("file") || DriverHasCrossProcessCAS("x") || DriverHasCrossProcessCAS("") {
+		t.Error("R11")
+	}
+	if d := NewMemoryDriver(); d.Name() != "memory" {
+		t.Error("name")
+	}
+	dd := openTestSQLite(t)
+	if dd.Name() != "sqlite" {
+		t.Error("sqlite name")
 	}
 }

@@ -136,12 +136,15 @@ func (s *DocumentStore) Renew(ctx context.Context, g Grant) (Grant, error) {
 	}
 	defer unlock()
 	for attempt := 0; ; attempt++ {
-		h, err := s.holding(ctx, "renew", g, true)
+		h, err := s.holding(ctx, "renew", g, true, attempt > 0)
 		if err != nil {
 			return Grant{}, err
 		}
 		now := s.cfg.now()
 		if expired(h.grant.ExpiresAt, now) {
+			if attempt == 0 {
+				continue // the table may be behind the record (R6): read it
+			}
 			return Grant{}, lost(g.Key, g.Epoch)
 		}
 		next := h.grant
@@ -167,7 +170,7 @@ func (s *DocumentStore) Release(ctx context.Context, g Grant) error {
 	}
 	defer unlock()
 	for attempt := 0; ; attempt++ {
-		h, err := s.holding(ctx, "release", g, false)
+		h, err := s.holding(ctx, "release", g, false, attempt > 0)
 		if errors.Is(err, errReleased) {
 			return nil // R9: an earlier, unsettled release of g landed
 		}
@@ -326,9 +329,10 @@ func (s *DocumentStore) heldAt(key string, rec *Record) (heldGrant, bool) {
 }
 
 // holding finds the version to write g against: from the table when this
-// instance holds g, else from a read (a grant from another instance of the
-// same owner). Renew also needs the record unexpired (R6).
-func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew bool) (heldGrant, error) {
+// instance holds g and reread is false, else from a read (a grant from
+// another instance of the same owner). Renew also needs the record
+// unexpired (R6).
+func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew, reread bool) (heldGrant, error) {
 	if err := ValidateKey(g.Key); err != nil {
 		return heldGrant{}, err
 	}
@@ -336,7 +340,7 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew b
 	h, ok := s.held[g.Key]
 	_, unsettled := s.pending[g.Key]
 	s.mu.Unlock()
-	if ok && !unsettled && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
+	if ok && !unsettled && !reread && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
 		return h, nil
 	}
 	rec, version, err := s.read(ctx, op, g.Key)

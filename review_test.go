@@ -505,3 +505,31 @@ func TestReviewR1EdgeCases(t *testing.T) {
 		t.Error("sqlite name")
 	}
 }
+
+// TestReviewR6RenewAfterStaleTableExpiry: the second instance of one owner
+// renewed the grant, so the first's table has an older expiry. Past that
+// expiry but before the record's, the record still names the grant,
+// unreleased and unexpired: Renew succeeds (R6). Once the record's expiry
+// passes, Renew is ErrLost and the owner's own Acquire is R4d (clean).
+func TestReviewR6RenewAfterStaleTableExpiry(t *testing.T) {
+	clock := newFakeClock()
+	d := NewMemoryDriver()
+	a1 := newDocStore(t, d, clock, "alice")
+	a2 := newDocStore(t, d, clock, "alice")
+	g := mustAcquire(t, a1, "k")
+	clock.Advance(testTTL / 2)
+	if _, err := a2.Renew(ctxBG, g); err != nil {
+		t.Fatalf("Renew through the second instance = %v", err)
+	}
+	clock.Advance(testTTL * 3 / 4) // past the first expiry, before the renewed one
+	r, err := a1.Renew(ctxBG, g)
+	if err != nil || !r.ExpiresAt.Equal(clock.Now().Add(testTTL)) {
+		t.Fatalf("Renew through the first instance = %+v, %v; want renewed (R6)", r, err)
+	}
+	clock.Advance(testTTL)
+	_, err = a1.Renew(ctxBG, g)
+	wantErr(t, "Renew at expiry", err, ErrLost)
+	if g2 := mustAcquire(t, a1, "k"); g2.Epoch != 2 || g2.PreviousUnclean {
+		t.Fatalf("Acquire after own expiry = %+v; want epoch 2, clean (R4d)", g2)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -531,5 +532,45 @@ func TestReviewR6RenewAfterStaleTableExpiry(t *testing.T) {
 	wantErr(t, "Renew at expiry", err, ErrLost)
 	if g2 := mustAcquire(t, a1, "k"); g2.Epoch != 2 || g2.PreviousUnclean {
 		t.Fatalf("Acquire after own expiry = %+v; want epoch 2, clean (R4d)", g2)
+	}
+}
+
+// TestReviewR5LocalLoserNamesWinnerThatReleased: on the local store, bob
+// has taken the flock and not yet written his record when alice tries the
+// key; bob then writes epoch 1 and releases. Alice lost the race: she gets
+// ErrHeld naming bob's epoch 1, never a second grant of the round (R5).
+func TestReviewR5LocalLoserNamesWinnerThatReleased(t *testing.T) {
+	for range 20 {
+		root := t.TempDir()
+		a := newLocal(t, root, WithOwner("alice"))
+		b := newLocal(t, root, WithOwner("bob"))
+		h, locked, err := b.tryLock("k")
+		if err != nil || !locked {
+			t.Fatalf("bob's tryLock = %v, %v", locked, err)
+		}
+		type result struct {
+			g   Grant
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			g, err := a.Acquire(ctxBG, "k")
+			done <- result{g, err}
+		}()
+		for a.roundTrips.Load() < 2 { // alice found the flock taken, looked at the record, tries again
+			runtime.Gosched()
+		}
+		g, err := b.acquireLocked("k", h, noRace)
+		if err != nil {
+			t.Fatalf("bob's acquire = %v", err)
+		}
+		wantErr(t, "bob's Release", b.Release(ctxBG, g), nil)
+		r := <-done
+		var held *HeldError
+		if !errors.As(r.err, &held) || held.Owner != "bob" || held.Epoch != 1 {
+			t.Fatalf("alice's Acquire = %+v, %v; want ErrHeld naming bob epoch 1", r.g, r.err)
+		}
+		a.Close()
+		b.Close()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -573,4 +574,23 @@ func TestReviewR5LocalLoserNamesWinnerThatReleased(t *testing.T) {
 		a.Close()
 		b.Close()
 	}
+}
+
+// TestReviewOddOwnersRenewAndRelease: every printable-ASCII owner (R1) can
+// renew and release through every driver, whose writes check the record
+// they overwrite (R6, R7, R10).
+func TestReviewOddOwnersRenewAndRelease(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d Driver) {
+		clock := newFakeClock()
+		for i, owner := range []string{`a]b*c?[d^~!`, `"'\%_$.{}`, strings.Repeat("~", 256), "!"} {
+			s := newDocStore(t, d, clock, owner)
+			key := fmt.Sprintf("odd%d", i)
+			g := mustAcquire(t, s, key)
+			clock.Advance(time.Second)
+			if _, err := s.Renew(ctxBG, g); err != nil {
+				t.Fatalf("owner %q: Renew = %v", owner, err)
+			}
+			wantErr(t, "Release", s.Release(ctxBG, g), nil)
+		}
+	})
 }

@@ -16,10 +16,13 @@ type DocumentStore struct {
 	cfg   config
 	locks keyLocks
 
-	mu      sync.Mutex              // guards the three fields below
+	mu      sync.Mutex              // guards the four fields below
 	held    map[string]heldGrant    // grants this instance holds, by key
 	pending map[string]pendingWrite // writes whose outcome is still unknown (R9), by key
-	closed  bool
+	// unseen: releases whose Release returned an error but which a later
+	// read showed landed, by key; a retried Release of that grant succeeds.
+	unseen map[string]Grant
+	closed bool
 }
 
 var _ Store = (*DocumentStore)(nil)
@@ -59,6 +62,7 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 		cfg:     cfg,
 		held:    make(map[string]heldGrant),
 		pending: make(map[string]pendingWrite),
+		unseen:  make(map[string]Grant),
 	}, nil
 }
 
@@ -76,6 +80,7 @@ func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) 
 		return Grant{}, err
 	}
 	defer unlock()
+	raced, seen := false, uint64(0) // a compare-and-swap failed; the epoch it was decided against
 	for range maxAcquireAttempts {
 		rec, version, err := s.read(ctx, "acquire", key)
 		if err != nil {
@@ -83,6 +88,14 @@ func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) 
 		}
 		now := s.cfg.now()
 		mine, isMine := s.heldAt(key, rec)
+		if raced && !isMine && rec != nil && rec.Epoch > seen {
+			// R5: another store acquired between our read and our write.
+			// We lost the race, even if the winner has released since.
+			return Grant{}, heldBy(*rec)
+		}
+		if rec != nil {
+			seen = rec.Epoch
+		}
 		out := decide(acquireInput{
 			Stored:  rec,
 			Mine:    isMine,
@@ -107,6 +120,7 @@ func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) 
 			}
 			return g, nil
 		case errors.Is(err, errSuperseded), errors.Is(err, ErrConflict):
+			raced = true
 			continue // someone else wrote first: re-read and decide again
 		default:
 			return Grant{}, err
@@ -123,20 +137,29 @@ func (s *DocumentStore) Renew(ctx context.Context, g Grant) (Grant, error) {
 		return Grant{}, err
 	}
 	defer unlock()
-	h, err := s.holding(ctx, "renew", g, true)
-	if err != nil {
+	for attempt := 0; ; attempt++ {
+		h, err := s.holding(ctx, "renew", g, true, attempt > 0)
+		if err != nil {
+			return Grant{}, err
+		}
+		now := s.cfg.now()
+		if expired(h.grant.ExpiresAt, now) {
+			if attempt == 0 {
+				continue // the table may be behind the record (R6): read it
+			}
+			return Grant{}, lost(g.Key, g.Epoch)
+		}
+		next := h.grant
+		next.ExpiresAt = s.expiry(now)
+		err = s.write(ctx, "renew", next, false, Precondition{Version: h.version})
+		if err == nil {
+			return next, nil
+		}
+		if err = s.lostOr(g, err); attempt == 0 && errors.Is(err, ErrLost) {
+			continue // the version moved: re-read, the record may still name g (R6)
+		}
 		return Grant{}, err
 	}
-	now := s.cfg.now()
-	if expired(h.grant.ExpiresAt, now) {
-		return Grant{}, lost(g.Key, g.Epoch)
-	}
-	next := h.grant
-	next.ExpiresAt = s.expiry(now)
-	if err := s.write(ctx, "renew", next, false, Precondition{Version: h.version}); err != nil {
-		return Grant{}, s.lostOr(g, err)
-	}
-	return next, nil
 }
 
 // Release marks g's record released, keeping its epoch (R7). It costs one
@@ -148,14 +171,23 @@ func (s *DocumentStore) Release(ctx context.Context, g Grant) error {
 		return err
 	}
 	defer unlock()
-	h, err := s.holding(ctx, "release", g, false)
-	if err != nil {
+	for attempt := 0; ; attempt++ {
+		h, err := s.holding(ctx, "release", g, false, attempt > 0)
+		if errors.Is(err, errReleased) {
+			return nil // R9: an earlier, unsettled release of g landed
+		}
+		if err != nil {
+			return err
+		}
+		err = s.write(ctx, "release", h.grant, true, Precondition{Version: h.version})
+		if err == nil {
+			return nil
+		}
+		if err = s.lostOr(g, err); attempt == 0 && errors.Is(err, ErrLost) {
+			continue // the version moved: re-read, the record may still name g (R7)
+		}
 		return err
 	}
-	if err := s.write(ctx, "release", h.grant, true, Precondition{Version: h.version}); err != nil {
-		return s.lostOr(g, err)
-	}
-	return nil
 }
 
 // Holder returns the record of key's live holder, or ErrNotFound when the
@@ -248,11 +280,17 @@ func (s *DocumentStore) settle(key string, rec *Record, version uint64) {
 		case rec != nil && sameState(*rec, p.want): // the write landed
 			delete(s.pending, key)
 			s.commitLocked(p.grant, p.want.Released, version)
+			if p.want.Released {
+				s.unseen[key] = p.grant
+			}
 		case rec == nil && p.pre.Absent, rec != nil && version == p.pre.Version:
 			// Not landed yet; it may still land, so keep it.
 		default: // something else was written since: ours can never land
 			delete(s.pending, key)
 		}
+	}
+	if u, ok := s.unseen[key]; ok && (rec == nil || !rec.Released || rec.Owner != u.Owner || rec.Epoch != u.Epoch) {
+		delete(s.unseen, key) // the release was superseded: a retry is ErrLost
 	}
 	h, ok := s.held[key]
 	if !ok {
@@ -274,7 +312,9 @@ func sameState(a, b Record) bool {
 // commitLocked records a write that landed. s.mu must be held.
 func (s *DocumentStore) commitLocked(g Grant, released bool, version uint64) {
 	if !released {
-		s.held[g.Key] = heldGrant{grant: g, version: version}
+		if g.Owner == s.cfg.owner { // another owner's grant, renewed here, is not ours (R4c)
+			s.held[g.Key] = heldGrant{grant: g, version: version}
+		}
 		return
 	}
 	if h, ok := s.held[g.Key]; ok && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
@@ -291,9 +331,10 @@ func (s *DocumentStore) heldAt(key string, rec *Record) (heldGrant, bool) {
 }
 
 // holding finds the version to write g against: from the table when this
-// instance holds g, else from a read (a grant from another instance of the
-// same owner). Renew also needs the record unexpired (R6).
-func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew bool) (heldGrant, error) {
+// instance holds g and reread is false, else from a read (a grant from
+// another instance of the same owner). Renew also needs the record
+// unexpired (R6).
+func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew, reread bool) (heldGrant, error) {
 	if err := ValidateKey(g.Key); err != nil {
 		return heldGrant{}, err
 	}
@@ -301,12 +342,22 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew b
 	h, ok := s.held[g.Key]
 	_, unsettled := s.pending[g.Key]
 	s.mu.Unlock()
-	if ok && !unsettled && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
+	if ok && !unsettled && !reread && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
 		return h, nil
 	}
 	rec, version, err := s.read(ctx, op, g.Key)
 	if err != nil {
 		return heldGrant{}, err
+	}
+	if !renew && rec != nil && rec.Released && rec.Owner == g.Owner && rec.Epoch == g.Epoch {
+		s.mu.Lock()
+		u, ok := s.unseen[g.Key]
+		if ok && u.Owner == g.Owner && u.Epoch == g.Epoch {
+			delete(s.unseen, g.Key)
+			s.mu.Unlock()
+			return heldGrant{}, errReleased // a retried release finds its own write
+		}
+		s.mu.Unlock()
 	}
 	if rec == nil || rec.Released || rec.Owner != g.Owner || rec.Epoch != g.Epoch {
 		return heldGrant{}, lost(g.Key, g.Epoch)
@@ -319,7 +370,8 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew b
 }
 
 // lostOr turns a failed renew or release write into ErrLost when the
-// record no longer names g; storage errors pass through.
+// record's version moved, and drops g from the table so that a retry
+// re-reads; storage errors pass through.
 func (s *DocumentStore) lostOr(g Grant, err error) error {
 	if errors.Is(err, ErrConflict) || errors.Is(err, errSuperseded) {
 		s.mu.Lock()
@@ -331,6 +383,10 @@ func (s *DocumentStore) lostOr(g Grant, err error) error {
 	}
 	return err
 }
+
+// errReleased: the read showed that an earlier release of the grant, whose
+// outcome was unknown, has landed.
+var errReleased = errors.New("lease: release landed")
 
 // errSuperseded: an ambiguous write's re-read showed another write in its place.
 var errSuperseded = errors.New("lease: write superseded")
@@ -345,6 +401,7 @@ func (s *DocumentStore) write(ctx context.Context, op string, g Grant, released 
 	if err == nil {
 		s.mu.Lock()
 		delete(s.pending, g.Key)
+		delete(s.unseen, g.Key)
 		s.commitLocked(g, released, version)
 		s.mu.Unlock()
 		return nil
@@ -361,6 +418,9 @@ func (s *DocumentStore) write(ctx context.Context, op string, g Grant, released 
 		return &StorageError{Op: op, Key: g.Key, Err: errors.Join(err, rerr)}
 	}
 	if rec != nil && sameState(*rec, want) {
+		s.mu.Lock()
+		delete(s.unseen, g.Key) // reported as landed: a second release is ErrLost
+		s.mu.Unlock()
 		return nil // it landed; read settled the table
 	}
 	s.mu.Lock()

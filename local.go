@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,18 +142,25 @@ func (s *LocalStore) Acquire(ctx context.Context, key string) (Grant, error) {
 	if g, ok, err := s.reacquire(key); ok || err != nil {
 		return g, err
 	}
+	seen := noRace // the epoch on record when the flock was first seen taken
 	for try := 0; ; try++ {
 		h, locked, err := s.tryLock(key)
 		if err != nil {
 			return Grant{}, s.storageErr("acquire", key, err)
 		}
 		if locked {
-			return s.acquireLocked(key, h)
+			return s.acquireLocked(key, h, seen)
 		}
 		// Someone holds the flock. Name them from the record; a record
 		// that shows no holder yet is the instant between the winner
 		// taking the flock and writing its record, so look again (R5).
 		rec, rerr := s.peek(key)
+		if seen == noRace && rerr == nil {
+			seen = 0
+			if rec != nil {
+				seen = rec.Epoch
+			}
+		}
 		live := rerr == nil && rec != nil && !rec.Released
 		// An unreleased record is named only when the flock is seen taken
 		// twice, a pause apart. It may be a dead holder's, with the flock
@@ -196,13 +204,23 @@ func (s *LocalStore) reacquire(key string) (Grant, bool, error) {
 	return Grant{}, false, nil
 }
 
+// noRace is acquireLocked's seen when the flock was free at the first try.
+const noRace uint64 = math.MaxUint64
+
 // acquireLocked decides and writes the acquire of key, whose flock h holds
-// and this instance does not yet hold a grant on.
-func (s *LocalStore) acquireLocked(key string, h *localLock) (Grant, error) {
+// and this instance does not yet hold a grant on. seen is the epoch on
+// record when an earlier try found the flock taken (noRace if none did).
+func (s *LocalStore) acquireLocked(key string, h *localLock, seen uint64) (Grant, error) {
 	rec, seq, err := readRecord(h.f, key)
 	if err != nil { // R10: give the flock back, write nothing
 		s.unlock(h)
 		return Grant{}, s.storageErr("acquire", key, err)
+	}
+	if seen != noRace && rec != nil && rec.Epoch > seen {
+		// R5: another store acquired the key while we waited for its
+		// flock; we lost that race, even though the winner has released.
+		s.unlock(h)
+		return Grant{}, heldBy(*rec)
 	}
 	// We hold the flock, so the record's holder, if any, is gone.
 	out := decide(acquireInput{Stored: rec, Expired: true, Owner: s.cfg.owner})

@@ -168,8 +168,7 @@ func (d *mongoDriver) update(ctx context.Context, rec Record, version uint64) (u
 		return 0, fmt.Errorf("lease: mongodb update %q: version %d out of range", rec.Key, version)
 	}
 	next := version + 1
-	res, err := d.coll.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: rec.Key}, {Key: "version", Value: int64(version)}},
+	res, err := d.coll.UpdateOne(ctx, mongoUpdateFilter(rec.Key, version),
 		bson.D{{Key: "$set", Value: mongoFields(rec, next)}})
 	switch {
 	case err != nil:
@@ -178,6 +177,21 @@ func (d *mongoDriver) update(ctx context.Context, rec Record, version uint64) (u
 		return 0, ErrConflict
 	}
 	return next, nil
+}
+
+// mongoUpdateFilter matches key's document at version, and only if it is
+// one that Get parses and the store accepts: a document corrupted behind a
+// holder's back (same version) is not overwritten by its Renew or Release;
+// the conflict makes the store re-read and fail with ErrCorrupt (R10).
+func mongoUpdateFilter(key string, version uint64) bson.D {
+	return bson.D{
+		{Key: "_id", Value: key},
+		{Key: "version", Value: bson.D{{Key: "$eq", Value: int64(version)}, {Key: "$type", Value: "long"}}},
+		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: "^[!-~]{1,256}$"}}},
+		{Key: "epoch", Value: bson.D{{Key: "$type", Value: "long"}, {Key: "$ne", Value: int64(0)}}},
+		{Key: "expires", Value: bson.D{{Key: "$type", Value: "date"}}},
+		{Key: "released", Value: bson.D{{Key: "$type", Value: "bool"}}},
+	}
 }
 
 // mongoFields are a document's fields other than _id.

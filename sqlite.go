@@ -48,8 +48,15 @@ const (
 	sqliteGet    = `SELECT owner, epoch, expires_ms, released, version FROM leases WHERE key = ?`
 	sqliteInsert = `INSERT INTO leases (key, owner, epoch, expires_ms, released, version)
 	VALUES (?, ?, ?, ?, ?, 1) ON CONFLICT (key) DO NOTHING`
+	// The update also requires the row to be one that Get parses and the
+	// store accepts, so that a row corrupted behind a holder's back is not
+	// overwritten by its Renew or Release: the conflict makes the store
+	// re-read and fail with ErrCorrupt (R10).
 	sqliteUpdate = `UPDATE leases SET owner = ?, epoch = ?, expires_ms = ?, released = ?, version = ?
-	WHERE key = ? AND version = ?`
+	WHERE key = ? AND version = ? AND typeof(version) = 'integer'
+	AND typeof(owner) = 'text' AND length(owner) BETWEEN 1 AND 256 AND owner NOT GLOB '*[^!-~]*'
+	AND typeof(epoch) = 'integer' AND epoch <> 0
+	AND typeof(expires_ms) = 'integer' AND typeof(released) = 'integer' AND released IN (0, 1)`
 )
 
 // sqliteColumns is the shape OpenSQLite accepts: names and declared types

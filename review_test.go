@@ -1,0 +1,596 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// hookDriver runs beforePut once, just before the next Put reaches the
+// driver, so a test can make another store win the race in between.
+type hookDriver struct {
+	Driver
+	mu        sync.Mutex
+	beforePut func()
+}
+
+func (h *hookDriver) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
+	h.mu.Lock()
+	fn := h.beforePut
+	h.beforePut = nil
+	h.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return h.Driver.Put(ctx, rec, pre)
+}
+
+// TestReviewR5LoserNamesWinnerThatReleased: alice reads the key free, bob
+// acquires and releases before alice's compare-and-swap, which fails. Alice
+// lost the race: she gets ErrHeld naming bob's grant, not a second win (R5).
+func TestReviewR5LoserNamesWinnerThatReleased(t *testing.T) {
+	clock := newFakeClock()
+	h := &hookDriver{Driver: NewMemoryDriver()}
+	a := newDocStore(t, h, clock, "alice")
+	b := newDocStore(t, h.Driver, clock, "bob") // same records, no hook
+	var won Grant
+	h.beforePut = func() {
+		won = mustAcquire(t, b, "k")
+		wantErr(t, "bob's Release", b.Release(ctxBG, won), nil)
+	}
+	g, err := a.Acquire(ctxBG, "k")
+	var held *HeldError
+	if !errors.As(err, &held) || !errors.Is(err, ErrHeld) {
+		t.Fatalf("alice's Acquire = %+v, %v; want ErrHeld naming bob", g, err)
+	}
+	if held.Owner != "bob" || held.Epoch != won.Epoch {
+		t.Fatalf("HeldError names %q epoch %d; want bob epoch %d", held.Owner, held.Epoch, won.Epoch)
+	}
+}
+
+// TestReviewR7RetriedReleaseAfterUnsettledWrite: a release whose write
+// landed but whose reply and re-read were lost is retried; the retry finds
+// its own write and succeeds instead of reporting ErrLost (R7, R9).
+func TestReviewR7RetriedReleaseAfterUnsettledWrite(t *testing.T) {
+	f := &faultDriver{Driver: NewMemoryDriver()}
+	a := newDocStore(t, f, newFakeClock(), "alice")
+	g := mustAcquire(t, a, "k")
+	f.set(func(f *faultDriver) { f.failPutAfter, f.failGets = true, 1 })
+	wantStorageErr(t, "Release", a.Release(ctxBG, g))
+	if err := a.Release(ctxBG, g); err != nil {
+		t.Fatalf("retried Release = %v; want nil: the first write landed", err)
+	}
+}
+
+// TestReviewR7ReleaseAfterSameOwnerRenew: two instances of one owner; the
+// second renews the first's grant, so the first's table has a stale
+// version. The record still names the grant, unreleased: Release succeeds
+// (R7), and so does Renew (R6).
+func TestReviewR7ReleaseAfterSameOwnerRenew(t *testing.T) {
+	clock := newFakeClock()
+	d := NewMemoryDriver()
+	a1 := newDocStore(t, d, clock, "alice")
+	a2 := newDocStore(t, d, clock, "alice")
+	g := mustAcquire(t, a1, "k")
+	clock.Advance(testTTL / 2)
+	if _, err := a2.Renew(ctxBG, g); err != nil {
+		t.Fatalf("Renew through the second instance = %v", err)
+	}
+	clock.Advance(testTTL / 4)
+	if _, err := a1.Renew(ctxBG, g); err != nil {
+		t.Fatalf("Renew through the first instance = %v; want success (R6)", err)
+	}
+	if _, err := a2.Renew(ctxBG, g); err != nil {
+		t.Fatalf("Renew through the second instance again = %v; want success (R6)", err)
+	}
+	if err := a1.Release(ctxBG, g); err != nil {
+		t.Fatalf("Release through the first instance = %v; want nil (R7)", err)
+	}
+	rec, _, err := d.Get(ctxBG, "k")
+	if err != nil || !rec.Released || rec.Epoch != g.Epoch {
+		t.Fatalf("record = %+v, %v; want released epoch %d", rec, err, g.Epoch)
+	}
+}
+
+// TestReviewR4ForeignGrantNotMine: alice's store renews bob's grant (the
+// record names it, so R6 allows it), but the grant is bob's: alice's
+// Acquire is R4e, ErrHeld naming bob, never bob's grant handed to alice.
+func TestReviewR4ForeignGrantNotMine(t *testing.T) {
+	clock := newFakeClock()
+	d := NewMemoryDriver()
+	a := newDocStore(t, d, clock, "alice")
+	b := newDocStore(t, d, clock, "bob")
+	g := mustAcquire(t, b, "k")
+	_, _ = a.Renew(ctxBG, g)
+	got, err := a.Acquire(ctxBG, "k")
+	var held *HeldError
+	if !errors.As(err, &held) || held.Owner != "bob" {
+		t.Fatalf("alice's Acquire = %+v, %v; want ErrHeld naming bob (R4e)", got, err)
+	}
+}
+
+// TestReviewR9PendingAcquireSupersededAndTwoKeys: an acquire whose write and
+// re-read failed is superseded by another store: the retry names it (R9,
+// R4e); an unsettled write on one key does not disturb another key.
+func TestReviewR9PendingAcquireSupersededAndTwoKeys(t *testing.T) {
+	clock := newFakeClock()
+	f := &lossyDriver{Driver: NewMemoryDriver()}
+	a := newDocStore(t, f, clock, "alice")
+	b := newDocStore(t, f.Driver, clock, "bob")
+	f.arm(false, 1)
+	_, err := a.Acquire(ctxBG, "k")
+	wantStorageErr(t, "Acquire", err)
+	gb := mustAcquire(t, b, "k")
+	_, err = a.Acquire(ctxBG, "k")
+	var he *HeldError
+	if !errors.As(err, &he) || he.Owner != "bob" || he.Epoch != gb.Epoch {
+		t.Fatalf("alice retry = %v", err)
+	}
+	// two keys
+	f.arm(true, 1)
+	_, err = a.Acquire(ctxBG, "k1")
+	wantStorageErr(t, "Acquire k1", err)
+	g2 := mustAcquire(t, a, "k2")
+	g1 := mustAcquire(t, a, "k1")
+	if g1.Epoch != 1 || g2.Epoch != 1 {
+		t.Fatal(g1, g2)
+	}
+	_, err = b.Acquire(ctxBG, "k1")
+	wantErr(t, "bob k1", err, ErrHeld)
+}
+
+// TestReviewR9UnseenTakeoverThenR4d: a takeover that landed unseen is found
+// by the retry with PreviousUnclean kept (R9, R4f); once it expires it is R4d.
+func TestReviewR9UnseenTakeoverThenR4d(t *testing.T) {
+	clock := newFakeClock()
+	f := &lossyDriver{Driver: NewMemoryDriver()}
+	a := newDocStore(t, f, clock, "alice")
+	b := newDocStore(t, f.Driver, clock, "bob")
+	g0 := mustAcquire(t, b, "k")
+	clock.Advance(testTTL)
+	f.arm(true, 1)
+	_, err := a.Acquire(ctxBG, "k")
+	wantStorageErr(t, "Acquire", err)
+	g := mustAcquire(t, a, "k")
+	if g.Epoch != g0.Epoch+1 || !g.PreviousUnclean {
+		t.Fatalf("retry = %+v; want epoch 2 unclean", g)
+	}
+	clock.Advance(testTTL)
+	g3 := mustAcquire(t, a, "k")
+	if g3.Epoch != 3 || g3.PreviousUnclean {
+		t.Fatalf("R4d = %+v", g3)
+	}
+}
+
+// TestReviewR4PreviousLifeAndR6AtExpiry: a new instance of the same owner
+// meets the old record as R4e/f; renew exactly at ExpiresAt is ErrLost (R6);
+// a release after a takeover is ErrLost (R7).
+func TestReviewR4PreviousLifeAndR6AtExpiry(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d Driver) {
+		clock := newFakeClock()
+		a1 := newDocStore(t, d, clock, "alice")
+		g := mustAcquire(t, a1, "k")
+		a2 := newDocStore(t, d, clock, "alice")
+		_, err := a2.Acquire(ctxBG, "k")
+		var he *HeldError
+		if !errors.As(err, &he) || he.Owner != "alice" || he.Epoch != 1 {
+			t.Fatalf("previous life = %v", err)
+		}
+		clock.Advance(testTTL)
+		_, err = a2.Renew(ctxBG, g)
+		wantErr(t, "renew at expiry via other instance", err, ErrLost)
+		_, err = a1.Renew(ctxBG, g)
+		wantErr(t, "renew at expiry", err, ErrLost)
+		g2 := mustAcquire(t, a2, "k")
+		if g2.Epoch != 2 || !g2.PreviousUnclean {
+			t.Fatalf("f = %+v", g2)
+		}
+		wantErr(t, "a1 release", a1.Release(ctxBG, g), ErrLost)
+		h, err := a1.Holder(ctxBG, "k")
+		if err != nil || h.Epoch != 2 {
+			t.Fatal(h, err)
+		}
+	})
+}
+
+// TestReviewConcurrentStoresRace: many goroutines on two stores, same and
+// different keys, under -race: only grants, ErrHeld and ErrLost (R5).
+func TestReviewConcurrentStoresRace(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d Driver) {
+		clock := newFakeClock()
+		stores := []*DocumentStore{newDocStore(t, d, clock, "alice"), newDocStore(t, d, clock, "bob")}
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s := stores[i%2]
+				key := fmt.Sprintf("k%d", i%3)
+				for j := range 30 {
+					g, err := s.Acquire(ctxBG, key)
+					if errors.Is(err, ErrHeld) {
+						continue
+					}
+					if err != nil {
+						t.Errorf("acquire: %v", err)
+						return
+					}
+					if _, err := s.Renew(ctxBG, g); err != nil && !errors.Is(err, ErrLost) {
+						t.Errorf("renew: %v", err)
+					}
+					if j%3 == 0 {
+						if err := s.Release(ctxBG, g); err != nil && !errors.Is(err, ErrLost) {
+							t.Errorf("release: %v", err)
+						}
+					}
+					if j%7 == 0 {
+						clock.Advance(testTTL / 3)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+// lossyDriver fails the next Put's reply (after or before committing) and
+// then the next getsAfter Gets: the reply and the re-read are both lost.
+type lossyDriver struct {
+	Driver
+	mu        sync.Mutex
+	armed     bool
+	commit    bool
+	getsAfter int
+}
+
+func (l *lossyDriver) arm(commit bool, gets int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed, l.commit, l.getsAfter = true, commit, 0
+	l.getsAfter = -gets // negative: waiting for the Put
+}
+
+func (l *lossyDriver) Get(ctx context.Context, key string) (Record, uint64, error) {
+	l.mu.Lock()
+	fail := l.getsAfter > 0
+	if fail {
+		l.getsAfter--
+	}
+	l.mu.Unlock()
+	if fail {
+		return Record{}, 0, errInjected
+	}
+	return l.Driver.Get(ctx, key)
+}
+
+func (l *lossyDriver) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
+	l.mu.Lock()
+	armed, commit := l.armed, l.commit
+	if armed {
+		l.armed, l.getsAfter = false, -l.getsAfter
+	}
+	l.mu.Unlock()
+	if !armed {
+		return l.Driver.Put(ctx, rec, pre)
+	}
+	if commit {
+		if _, err := l.Driver.Put(ctx, rec, pre); err != nil {
+			return 0, err
+		}
+	}
+	return 0, errInjected
+}
+
+// TestReviewR9UnsettledWrites: writes whose reply and re-read were both lost
+// are settled by the next call on the key, whichever it is (R9, R7).
+func TestReviewR9UnsettledWrites(t *testing.T) {
+	type env struct {
+		f     *lossyDriver
+		clock *fakeClock
+		a, b  *DocumentStore
+	}
+	mk := func(t *testing.T) env {
+		clock := newFakeClock()
+		f := &lossyDriver{Driver: NewMemoryDriver()}
+		return env{f, clock, newDocStore(t, f, clock, "alice"), newDocStore(t, f.Driver, clock, "bob")}
+	}
+	t.Run("acquire landed, Holder settles, acquire reuses", func(t *testing.T) {
+		e := mk(t)
+		e.f.arm(true, 1)
+		_, err := e.a.Acquire(ctxBG, "k")
+		wantStorageErr(t, "Acquire", err)
+		if r, err := e.a.Holder(ctxBG, "k"); err != nil || r.Owner != "alice" {
+			t.Fatal(r, err)
+		}
+		g := mustAcquire(t, e.a, "k")
+		if g.Epoch != 1 {
+			t.Fatal(g)
+		}
+		_, err = e.b.Acquire(ctxBG, "k")
+		wantErr(t, "bob", err, ErrHeld)
+		wantErr(t, "release", e.a.Release(ctxBG, g), nil)
+	})
+	t.Run("renew landed, retry renew", func(t *testing.T) {
+		e := mk(t)
+		g := mustAcquire(t, e.a, "k")
+		e.clock.Advance(testTTL / 2)
+		e.f.arm(true, 1)
+		_, err := e.a.Renew(ctxBG, g)
+		wantStorageErr(t, "Renew", err)
+		e.clock.Advance(testTTL * 3 / 4) // past the old expiry, before the new
+		r, err := e.a.Renew(ctxBG, g)
+		if err != nil || r.Epoch != 1 || !r.ExpiresAt.Equal(e.clock.Now().Add(testTTL)) {
+			t.Fatal(r, err)
+		}
+	})
+	t.Run("renew not landed, retry after old expiry is ErrLost", func(t *testing.T) {
+		e := mk(t)
+		g := mustAcquire(t, e.a, "k")
+		e.clock.Advance(testTTL / 2)
+		e.f.arm(false, 1)
+		_, err := e.a.Renew(ctxBG, g)
+		wantStorageErr(t, "Renew", err)
+		e.clock.Advance(testTTL / 2)
+		_, err = e.a.Renew(ctxBG, g)
+		wantErr(t, "Renew", err, ErrLost)
+		// release after expiry, nobody took over (R7)
+		wantErr(t, "Release", e.a.Release(ctxBG, g), nil)
+		g2 := mustAcquire(t, e.b, "k")
+		if g2.Epoch != 2 || g2.PreviousUnclean {
+			t.Fatal(g2)
+		}
+	})
+	t.Run("release not landed, retry", func(t *testing.T) {
+		e := mk(t)
+		g := mustAcquire(t, e.a, "k")
+		e.f.arm(false, 1)
+		wantStorageErr(t, "Release", e.a.Release(ctxBG, g))
+		_, err := e.b.Acquire(ctxBG, "k")
+		wantErr(t, "bob", err, ErrHeld)
+		wantErr(t, "Release", e.a.Release(ctxBG, g), nil)
+		g2 := mustAcquire(t, e.b, "k")
+		if g2.Epoch != 2 || g2.PreviousUnclean {
+			t.Fatal(g2)
+		}
+	})
+	t.Run("release landed, Holder between, retry", func(t *testing.T) {
+		e := mk(t)
+		g := mustAcquire(t, e.a, "k")
+		e.f.arm(true, 1)
+		wantStorageErr(t, "Release", e.a.Release(ctxBG, g))
+		_, err := e.a.Holder(ctxBG, "k")
+		wantErr(t, "Holder", err, ErrNotFound)
+		wantErr(t, "retried Release", e.a.Release(ctxBG, g), nil)
+		wantErr(t, "third Release", e.a.Release(ctxBG, g), ErrLost)
+	})
+	t.Run("acquire takeover landed unseen keeps PreviousUnclean", func(t *testing.T) {
+		e := mk(t)
+		mustAcquire(t, e.b, "k")
+		e.clock.Advance(testTTL)
+		e.f.arm(true, 1)
+		_, err := e.a.Acquire(ctxBG, "k")
+		wantStorageErr(t, "Acquire", err)
+		g := mustAcquire(t, e.a, "k")
+		if g.Epoch != 2 || !g.PreviousUnclean {
+			t.Fatal(g)
+		}
+	})
+}
+
+// TestReviewR10SQLiteCorruptHeldRow: a row that its holder's store has in
+// its table is corrupted behind its back (same version). Renew and Release
+// fail with ErrCorrupt and leave the row as it is; Acquire never turns it
+// into a clean grant (R10).
+func TestReviewR10SQLiteCorruptHeldRow(t *testing.T) {
+	for _, set := range []string{"epoch = 'x'", "owner = ''", "owner = 'a b'", "epoch = 0", "released = 2", "expires_ms = 1.5"} {
+		t.Run(set, func(t *testing.T) {
+			d := openTestSQLite(t)
+			db := rawSQLite(t, d.(*sqliteDriver).path)
+			s := newDocStore(t, d, newFakeClock(), "alice")
+			g := mustAcquire(t, s, "k")
+			mustExec(t, db, "UPDATE leases SET "+set+" WHERE key = 'k'")
+			before := quoteRow(t, db, "k")
+			_, err := s.Renew(ctxBG, g)
+			wantStorageErr(t, "Renew", err)
+			wantErr(t, "Renew", err, ErrCorrupt)
+			err = s.Release(ctxBG, g)
+			wantStorageErr(t, "Release", err)
+			wantErr(t, "Release", err, ErrCorrupt)
+			_, err = s.Acquire(ctxBG, "k")
+			wantErr(t, "Acquire", err, ErrCorrupt)
+			if after := quoteRow(t, db, "k"); after != before {
+				t.Fatalf("row changed from %s to %s", before, after)
+			}
+		})
+	}
+}
+
+// TestReviewR10MongoCorruptHeldDocument: a document that its holder's
+// store has in its table is corrupted behind its back (same version).
+// Renew and Release fail with ErrCorrupt and leave it as it is (R10).
+func TestReviewR10MongoCorruptHeldDocument(t *testing.T) {
+	ctx := context.Background()
+	coll := testCollection(t, sharedMongoClient(t))
+	d := newTestMongoDriverOn(t, coll)
+	for i, set := range []bson.D{
+		{{Key: "epoch", Value: "1"}},
+		{{Key: "owner", Value: ""}},
+		{{Key: "owner", Value: "a b"}},
+		{{Key: "epoch", Value: int64(0)}},
+		{{Key: "released", Value: int32(1)}},
+		{{Key: "expires", Value: "soon"}},
+	} {
+		key := fmt.Sprintf("k%d", i)
+		s := newDocStore(t, d, newFakeClock(), "alice")
+		g := mustAcquire(t, s, key)
+		if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: key}}, bson.D{{Key: "$set", Value: set}}); err != nil {
+			t.Fatal(err)
+		}
+		before, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Renew(ctx, g)
+		wantErr(t, fmt.Sprintf("Renew after $set %v", set), err, ErrCorrupt)
+		wantErr(t, fmt.Sprintf("Release after $set %v", set), s.Release(ctx, g), ErrCorrupt)
+		after, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
+		if err != nil || !bytes.Equal(before, after) {
+			t.Fatalf("$set %v: document changed: %v -> %v (%v)", set, before, after, err)
+		}
+	}
+}
+
+// TestReviewR1EdgeCases: keys and owners at the edges of R1, refused before
+// storage is touched; a cancelled ctx and a closed store; R11 names.
+func TestReviewR1EdgeCases(t *testing.T) {
+	good := []string{strings.Repeat("a", 256), "@", ":", "-", "_", "a.b", "...", ".a", "a.", "a/b", "a@b:c", "a/.../b", "..a"}
+	bad := []string{"", strings.Repeat("a", 257), "/", "/a", "a/", "a//b", ".", "..", "a/./b", "a/..", "./a", " ", "a b", "é", "a\x00", "a*", "a\\b", "a+b", "a%b", "~"}
+	for _, k := range good {
+		if err := ValidateKey(k); err != nil {
+			t.Errorf("good %q: %v", k, err)
+		}
+	}
+	for _, k := range bad {
+		if err := ValidateKey(k); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("bad %q: %v", k, err)
+		}
+	}
+	for _, o := range []string{strings.Repeat("o", 256), "~", "!", "a:b@c/d"} {
+		if _, err := NewDocumentStore(NewMemoryDriver(), WithOwner(o)); err != nil {
+			t.Errorf("owner %q: %v", o, err)
+		}
+	}
+	for _, o := range []string{strings.Repeat("o", 257), "a b", "a\x7f", "é", "\t"} {
+		if _, err := NewDocumentStore(NewMemoryDriver(), WithOwner(o)); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("owner %q: %v", o, err)
+		}
+		if _, err := NewLocalStore(t.TempDir(), WithOwner(o)); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("local owner %q: %v", o, err)
+		}
+		if _, err := Open(context.Background(), "memory:", WithOwner(o)); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("open owner %q: %v", o, err)
+		}
+	}
+	// cancelled ctx + bad key on every method, closed store
+	s, _ := NewDocumentStore(untouchable{t}, WithOwner("me"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Acquire(ctx, "k")
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+	_, err = s.Renew(ctx, Grant{Key: "k", Owner: "me", Epoch: 1})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled renew: %v", err)
+	}
+	s.Close()
+	_, err = s.Holder(context.Background(), "k")
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("closed: %v", err)
+	}
+	if !DriverHasCrossProcessCAS("sqlite") || !DriverHasCrossProcessCAS("mongodb") || DriverHasCrossProcessCAS("memory") || DriverHasCrossProcessCAS("file") || DriverHasCrossProcessCAS("x") || DriverHasCrossProcessCAS("") {
+		t.Error("R11")
+	}
+	if d := NewMemoryDriver(); d.Name() != "memory" {
+		t.Error("name")
+	}
+	dd := openTestSQLite(t)
+	if dd.Name() != "sqlite" {
+		t.Error("sqlite name")
+	}
+}
+
+// TestReviewR6RenewAfterStaleTableExpiry: the second instance of one owner
+// renewed the grant, so the first's table has an older expiry. Past that
+// expiry but before the record's, the record still names the grant,
+// unreleased and unexpired: Renew succeeds (R6). Once the record's expiry
+// passes, Renew is ErrLost and the owner's own Acquire is R4d (clean).
+func TestReviewR6RenewAfterStaleTableExpiry(t *testing.T) {
+	clock := newFakeClock()
+	d := NewMemoryDriver()
+	a1 := newDocStore(t, d, clock, "alice")
+	a2 := newDocStore(t, d, clock, "alice")
+	g := mustAcquire(t, a1, "k")
+	clock.Advance(testTTL / 2)
+	if _, err := a2.Renew(ctxBG, g); err != nil {
+		t.Fatalf("Renew through the second instance = %v", err)
+	}
+	clock.Advance(testTTL * 3 / 4) // past the first expiry, before the renewed one
+	r, err := a1.Renew(ctxBG, g)
+	if err != nil || !r.ExpiresAt.Equal(clock.Now().Add(testTTL)) {
+		t.Fatalf("Renew through the first instance = %+v, %v; want renewed (R6)", r, err)
+	}
+	clock.Advance(testTTL)
+	_, err = a1.Renew(ctxBG, g)
+	wantErr(t, "Renew at expiry", err, ErrLost)
+	if g2 := mustAcquire(t, a1, "k"); g2.Epoch != 2 || g2.PreviousUnclean {
+		t.Fatalf("Acquire after own expiry = %+v; want epoch 2, clean (R4d)", g2)
+	}
+}
+
+// TestReviewR5LocalLoserNamesWinnerThatReleased: on the local store, bob
+// has taken the flock and not yet written his record when alice tries the
+// key; bob then writes epoch 1 and releases. Alice lost the race: she gets
+// ErrHeld naming bob's epoch 1, never a second grant of the round (R5).
+func TestReviewR5LocalLoserNamesWinnerThatReleased(t *testing.T) {
+	for range 20 {
+		root := t.TempDir()
+		a := newLocal(t, root, WithOwner("alice"))
+		b := newLocal(t, root, WithOwner("bob"))
+		h, locked, err := b.tryLock("k")
+		if err != nil || !locked {
+			t.Fatalf("bob's tryLock = %v, %v", locked, err)
+		}
+		type result struct {
+			g   Grant
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			g, err := a.Acquire(ctxBG, "k")
+			done <- result{g, err}
+		}()
+		for a.roundTrips.Load() < 2 { // alice found the flock taken, looked at the record, tries again
+			runtime.Gosched()
+		}
+		g, err := b.acquireLocked("k", h, noRace)
+		if err != nil {
+			t.Fatalf("bob's acquire = %v", err)
+		}
+		wantErr(t, "bob's Release", b.Release(ctxBG, g), nil)
+		r := <-done
+		var held *HeldError
+		if !errors.As(r.err, &held) || held.Owner != "bob" || held.Epoch != 1 {
+			t.Fatalf("alice's Acquire = %+v, %v; want ErrHeld naming bob epoch 1", r.g, r.err)
+		}
+		a.Close()
+		b.Close()
+	}
+}
+
+// TestReviewOddOwnersRenewAndRelease: every printable-ASCII owner (R1) can
+// renew and release through every driver, whose writes check the record
+// they overwrite (R6, R7, R10).
+func TestReviewOddOwnersRenewAndRelease(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d Driver) {
+		clock := newFakeClock()
+		for i, owner := range []string{`a]b*c?[d^~!`, `"'\%_$.{}`, strings.Repeat("~", 256), "!"} {
+			s := newDocStore(t, d, clock, owner)
+			key := fmt.Sprintf("odd%d", i)
+			g := mustAcquire(t, s, key)
+			clock.Advance(time.Second)
+			if _, err := s.Renew(ctxBG, g); err != nil {
+				t.Fatalf("owner %q: Renew = %v", owner, err)
+			}
+			wantErr(t, "Release", s.Release(ctxBG, g), nil)
+		}
+	})
+}

@@ -126,6 +126,7 @@ type faultDriver struct {
 	// failPut fails the next Put: before committing it, or after.
 	failPutBefore, failPutAfter bool
 	failGets                    int     // fail this many following Gets
+	failReread                  bool    // with failPutAfter: also fail the Get right after that Put
 	getOverride                 *Record // return this record from Get instead
 }
 
@@ -159,6 +160,11 @@ func (f *faultDriver) Put(ctx context.Context, rec Record, pre Precondition) (ui
 	}
 	v, err := f.Driver.Put(ctx, rec, pre)
 	if after && err == nil {
+		f.set(func(f *faultDriver) {
+			if f.failReread {
+				f.failGets, f.failReread = f.failGets+1, false
+			}
+		})
 		return 0, errInjected
 	}
 	return v, err
@@ -226,7 +232,7 @@ func TestAmbiguousWrites(t *testing.T) {
 	})
 	t.Run("acquire after commit with the re-read failing: the retry finds its own write", func(t *testing.T) {
 		f, a, b := newEnv(t)
-		f.set(func(f *faultDriver) { f.failPutAfter, f.failGets = true, 1 })
+		f.set(func(f *faultDriver) { f.failPutAfter, f.failReread = true, true })
 		_, err := a.Acquire(ctxBG, "k")
 		wantStorageErr(t, "Acquire", err)
 		g := mustAcquire(t, a, "k")
@@ -286,7 +292,7 @@ func TestAmbiguousWrites(t *testing.T) {
 	t.Run("release after commit with the re-read failing: the next call settles it", func(t *testing.T) {
 		f, a, _ := newEnv(t)
 		g := mustAcquire(t, a, "k")
-		f.set(func(f *faultDriver) { f.failPutAfter, f.failGets = true, 1 })
+		f.set(func(f *faultDriver) { f.failPutAfter, f.failReread = true, true })
 		wantStorageErr(t, "Release", a.Release(ctxBG, g))
 		g2 := mustAcquire(t, a, "k")
 		if g2.Epoch != 2 || g2.PreviousUnclean {

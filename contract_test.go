@@ -334,3 +334,38 @@ func raceRounds(t *testing.T, e storeEnv, n, rounds int) {
 		wantErr(t, "winner's Release", winner.Release(ctxBG, w), nil)
 	}
 }
+
+// TestGrantExpiresAtNowPlusTTL checks R4's "new grants expire at now + T"
+// to the nanosecond on the memory driver, whose records keep a time.Time,
+// and to the millisecond below on drivers whose records keep milliseconds.
+func TestGrantExpiresAtNowPlusTTL(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d Driver) {
+		now := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
+		s, err := NewDocumentStore(d, WithOwner("alice"), WithClock(func() time.Time { return now }), WithTTL(testTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		g := mustAcquire(t, s, "k")
+		want := now.Add(testTTL)
+		if r := expiryResolution(d); r > 0 {
+			want = want.Truncate(r)
+		}
+		if !g.ExpiresAt.Equal(want) {
+			t.Fatalf("ExpiresAt = %v; want %v", g.ExpiresAt, want)
+		}
+		if again := mustAcquire(t, s, "k"); again != g {
+			t.Fatalf("re-entrant Acquire = %+v; want %+v", again, g)
+		}
+		rec, err := s.Holder(ctxBG, "k")
+		if err != nil || !rec.ExpiresAt.Equal(g.ExpiresAt) {
+			t.Fatalf("Holder = %+v, %v; want the grant's expiry %v", rec, err, g.ExpiresAt)
+		}
+		now = now.Add(time.Second)
+		r, err := s.Renew(ctxBG, g)
+		if err != nil || r.Epoch != g.Epoch || r.ExpiresAt.Before(g.ExpiresAt) {
+			t.Fatalf("Renew = %+v, %v", r, err)
+		}
+		wantErr(t, "Release", s.Release(ctxBG, r), nil)
+	})
+}

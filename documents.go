@@ -233,10 +233,15 @@ func (s *DocumentStore) isClosed() bool {
 	return s.closed
 }
 
-// expiry is when a grant made at now ends. Records keep milliseconds, so
-// the grant does too: the one returned equals the one stored.
+// expiry is when a grant made at now ends: now + TTL (R4), rounded down
+// to what the driver's records keep, so that the grant returned equals the
+// record stored. Rounding down only shortens the holder's own lease.
 func (s *DocumentStore) expiry(now time.Time) time.Time {
-	return now.Add(s.cfg.ttl).Truncate(time.Millisecond)
+	exp := now.Add(s.cfg.ttl).Round(0) // no monotonic reading: grants compare with ==
+	if r := expiryResolution(s.d); r > 0 {
+		exp = exp.Truncate(r)
+	}
+	return exp
 }
 
 // read gets key's record (nil when none exists), refuses one that does not

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Precondition guards a Driver.Put: the write happens only if it holds.
@@ -46,6 +47,17 @@ func DriverHasCrossProcessCAS(driver string) bool {
 		return true
 	}
 	return false
+}
+
+// expiryResolution is how finely the named driver's records keep
+// ExpiresAt: SQLite and BSON dates keep milliseconds; the memory driver
+// (and any driver it does not know) keeps a time.Time as it is.
+func expiryResolution(d Driver) time.Duration {
+	switch d.Name() {
+	case "sqlite", "mongodb":
+		return time.Millisecond
+	}
+	return 0
 }
 
 // Open opens a store from a URL:

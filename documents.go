@@ -237,7 +237,7 @@ func (s *DocumentStore) isClosed() bool {
 // to what the driver's records keep, so that the grant returned equals the
 // record stored. Rounding down only shortens the holder's own lease.
 func (s *DocumentStore) expiry(now time.Time) time.Time {
-	exp := now.Add(s.cfg.ttl).Round(0) // no monotonic reading: grants compare with ==
+	exp := now.Add(s.cfg.ttl)
 	if r := expiryResolution(s.d); r > 0 {
 		exp = exp.Truncate(r)
 	}

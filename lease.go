@@ -131,6 +131,7 @@ func DefaultOwner() string {
 	if err != nil || validateOwner(host) != nil {
 		host = "host"
 	}
+	host = host[:min(len(host), maxIDLen-40)] // room for the pid and the random suffix
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))

@@ -33,10 +33,10 @@ func (h *hookDriver) Put(ctx context.Context, rec Record, pre Precondition) (uin
 	return h.Driver.Put(ctx, rec, pre)
 }
 
-// TestReviewR5LoserNamesWinnerThatReleased: alice reads the key free, bob
+// TestEdgeR5LoserNamesWinnerThatReleased: alice reads the key free, bob
 // acquires and releases before alice's compare-and-swap, which fails. Alice
 // lost the race: she gets ErrHeld naming bob's grant, not a second win (R5).
-func TestReviewR5LoserNamesWinnerThatReleased(t *testing.T) {
+func TestEdgeR5LoserNamesWinnerThatReleased(t *testing.T) {
 	clock := newFakeClock()
 	h := &hookDriver{Driver: NewMemoryDriver()}
 	a := newDocStore(t, h, clock, "alice")
@@ -56,10 +56,10 @@ func TestReviewR5LoserNamesWinnerThatReleased(t *testing.T) {
 	}
 }
 
-// TestReviewR7RetriedReleaseAfterUnsettledWrite: a release whose write
+// TestEdgeR7RetriedReleaseAfterUnsettledWrite: a release whose write
 // landed but whose reply and re-read were lost is retried; the retry finds
 // its own write and succeeds instead of reporting ErrLost (R7, R9).
-func TestReviewR7RetriedReleaseAfterUnsettledWrite(t *testing.T) {
+func TestEdgeR7RetriedReleaseAfterUnsettledWrite(t *testing.T) {
 	f := &faultDriver{Driver: NewMemoryDriver()}
 	a := newDocStore(t, f, newFakeClock(), "alice")
 	g := mustAcquire(t, a, "k")
@@ -70,11 +70,11 @@ func TestReviewR7RetriedReleaseAfterUnsettledWrite(t *testing.T) {
 	}
 }
 
-// TestReviewR7ReleaseAfterSameOwnerRenew: two instances of one owner; the
+// TestEdgeR7ReleaseAfterSameOwnerRenew: two instances of one owner; the
 // second renews the first's grant, so the first's table has a stale
 // version. The record still names the grant, unreleased: Release succeeds
 // (R7), and so does Renew (R6).
-func TestReviewR7ReleaseAfterSameOwnerRenew(t *testing.T) {
+func TestEdgeR7ReleaseAfterSameOwnerRenew(t *testing.T) {
 	clock := newFakeClock()
 	d := NewMemoryDriver()
 	a1 := newDocStore(t, d, clock, "alice")
@@ -100,10 +100,10 @@ func TestReviewR7ReleaseAfterSameOwnerRenew(t *testing.T) {
 	}
 }
 
-// TestReviewR4ForeignGrantNotMine: alice's store renews bob's grant (the
+// TestEdgeR4ForeignGrantNotMine: alice's store renews bob's grant (the
 // record names it, so R6 allows it), but the grant is bob's: alice's
 // Acquire is R4e, ErrHeld naming bob, never bob's grant handed to alice.
-func TestReviewR4ForeignGrantNotMine(t *testing.T) {
+func TestEdgeR4ForeignGrantNotMine(t *testing.T) {
 	clock := newFakeClock()
 	d := NewMemoryDriver()
 	a := newDocStore(t, d, clock, "alice")
@@ -117,10 +117,10 @@ func TestReviewR4ForeignGrantNotMine(t *testing.T) {
 	}
 }
 
-// TestReviewR9PendingAcquireSupersededAndTwoKeys: an acquire whose write and
+// TestEdgeR9PendingAcquireSupersededAndTwoKeys: an acquire whose write and
 // re-read failed is superseded by another store: the retry names it (R9,
 // R4e); an unsettled write on one key does not disturb another key.
-func TestReviewR9PendingAcquireSupersededAndTwoKeys(t *testing.T) {
+func TestEdgeR9PendingAcquireSupersededAndTwoKeys(t *testing.T) {
 	clock := newFakeClock()
 	f := &lossyDriver{Driver: NewMemoryDriver()}
 	a := newDocStore(t, f, clock, "alice")
@@ -147,9 +147,9 @@ func TestReviewR9PendingAcquireSupersededAndTwoKeys(t *testing.T) {
 	wantErr(t, "bob k1", err, ErrHeld)
 }
 
-// TestReviewR9UnseenTakeoverThenR4d: a takeover that landed unseen is found
+// TestEdgeR9UnseenTakeoverThenR4d: a takeover that landed unseen is found
 // by the retry with PreviousUnclean kept (R9, R4f); once it expires it is R4d.
-func TestReviewR9UnseenTakeoverThenR4d(t *testing.T) {
+func TestEdgeR9UnseenTakeoverThenR4d(t *testing.T) {
 	clock := newFakeClock()
 	f := &lossyDriver{Driver: NewMemoryDriver()}
 	a := newDocStore(t, f, clock, "alice")
@@ -170,10 +170,10 @@ func TestReviewR9UnseenTakeoverThenR4d(t *testing.T) {
 	}
 }
 
-// TestReviewR4PreviousLifeAndR6AtExpiry: a new instance of the same owner
+// TestEdgeR4PreviousLifeAndR6AtExpiry: a new instance of the same owner
 // meets the old record as R4e/f; renew exactly at ExpiresAt is ErrLost (R6);
 // a release after a takeover is ErrLost (R7).
-func TestReviewR4PreviousLifeAndR6AtExpiry(t *testing.T) {
+func TestEdgeR4PreviousLifeAndR6AtExpiry(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d Driver) {
 		clock := newFakeClock()
 		a1 := newDocStore(t, d, clock, "alice")
@@ -201,9 +201,9 @@ func TestReviewR4PreviousLifeAndR6AtExpiry(t *testing.T) {
 	})
 }
 
-// TestReviewConcurrentStoresRace: many goroutines on two stores, same and
+// TestEdgeConcurrentStoresRace: many goroutines on two stores, same and
 // different keys, under -race: only grants, ErrHeld and ErrLost (R5).
-func TestReviewConcurrentStoresRace(t *testing.T) {
+func TestEdgeConcurrentStoresRace(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d Driver) {
 		clock := newFakeClock()
 		stores := []*DocumentStore{newDocStore(t, d, clock, "alice"), newDocStore(t, d, clock, "bob")}
@@ -289,9 +289,9 @@ func (l *lossyDriver) Put(ctx context.Context, rec Record, pre Precondition) (ui
 	return 0, errInjected
 }
 
-// TestReviewR9UnsettledWrites: writes whose reply and re-read were both lost
+// TestEdgeR9UnsettledWrites: writes whose reply and re-read were both lost
 // are settled by the next call on the key, whichever it is (R9, R7).
-func TestReviewR9UnsettledWrites(t *testing.T) {
+func TestEdgeR9UnsettledWrites(t *testing.T) {
 	type env struct {
 		f     *lossyDriver
 		clock *fakeClock
@@ -385,11 +385,11 @@ func TestReviewR9UnsettledWrites(t *testing.T) {
 	})
 }
 
-// TestReviewR10SQLiteCorruptHeldRow: a row that its holder's store has in
+// TestEdgeR10SQLiteCorruptHeldRow: a row that its holder's store has in
 // its table is corrupted behind its back (same version). Renew and Release
 // fail with ErrCorrupt and leave the row as it is; Acquire never turns it
 // into a clean grant (R10).
-func TestReviewR10SQLiteCorruptHeldRow(t *testing.T) {
+func TestEdgeR10SQLiteCorruptHeldRow(t *testing.T) {
 	for _, set := range []string{"epoch = 'x'", "owner = ''", "owner = 'a b'", "epoch = 0", "released = 2", "expires_ms = 1.5"} {
 		t.Run(set, func(t *testing.T) {
 			d := openTestSQLite(t)
@@ -413,10 +413,10 @@ func TestReviewR10SQLiteCorruptHeldRow(t *testing.T) {
 	}
 }
 
-// TestReviewR10MongoCorruptHeldDocument: a document that its holder's
+// TestEdgeR10MongoCorruptHeldDocument: a document that its holder's
 // store has in its table is corrupted behind its back (same version).
 // Renew and Release fail with ErrCorrupt and leave it as it is (R10).
-func TestReviewR10MongoCorruptHeldDocument(t *testing.T) {
+func TestEdgeR10MongoCorruptHeldDocument(t *testing.T) {
 	ctx := context.Background()
 	coll := testCollection(t, sharedMongoClient(t))
 	d := newTestMongoDriverOn(t, coll)
@@ -448,9 +448,9 @@ func TestReviewR10MongoCorruptHeldDocument(t *testing.T) {
 	}
 }
 
-// TestReviewR1EdgeCases: keys and owners at the edges of R1, refused before
+// TestEdgeR1EdgeCases: keys and owners at the edges of R1, refused before
 // storage is touched; a cancelled ctx and a closed store; R11 names.
-func TestReviewR1EdgeCases(t *testing.T) {
+func TestEdgeR1EdgeCases(t *testing.T) {
 	good := []string{strings.Repeat("a", 256), "@", ":", "-", "_", "a.b", "...", ".a", "a.", "a/b", "a@b:c", "a/.../b", "..a"}
 	bad := []string{"", strings.Repeat("a", 257), "/", "/a", "a/", "a//b", ".", "..", "a/./b", "a/..", "./a", " ", "a b", "é", "a\x00", "a*", "a\\b", "a+b", "a%b", "~"}
 	for _, k := range good {
@@ -508,12 +508,12 @@ func TestReviewR1EdgeCases(t *testing.T) {
 	}
 }
 
-// TestReviewR6RenewAfterStaleTableExpiry: the second instance of one owner
+// TestEdgeR6RenewAfterStaleTableExpiry: the second instance of one owner
 // renewed the grant, so the first's table has an older expiry. Past that
 // expiry but before the record's, the record still names the grant,
 // unreleased and unexpired: Renew succeeds (R6). Once the record's expiry
 // passes, Renew is ErrLost and the owner's own Acquire is R4d (clean).
-func TestReviewR6RenewAfterStaleTableExpiry(t *testing.T) {
+func TestEdgeR6RenewAfterStaleTableExpiry(t *testing.T) {
 	clock := newFakeClock()
 	d := NewMemoryDriver()
 	a1 := newDocStore(t, d, clock, "alice")
@@ -536,11 +536,11 @@ func TestReviewR6RenewAfterStaleTableExpiry(t *testing.T) {
 	}
 }
 
-// TestReviewR5LocalLoserNamesWinnerThatReleased: on the local store, bob
+// TestEdgeR5LocalLoserNamesWinnerThatReleased: on the local store, bob
 // has taken the flock and not yet written his record when alice tries the
 // key; bob then writes epoch 1 and releases. Alice lost the race: she gets
 // ErrHeld naming bob's epoch 1, never a second grant of the round (R5).
-func TestReviewR5LocalLoserNamesWinnerThatReleased(t *testing.T) {
+func TestEdgeR5LocalLoserNamesWinnerThatReleased(t *testing.T) {
 	for range 20 {
 		root := t.TempDir()
 		a := newLocal(t, root, WithOwner("alice"))
@@ -576,10 +576,10 @@ func TestReviewR5LocalLoserNamesWinnerThatReleased(t *testing.T) {
 	}
 }
 
-// TestReviewOddOwnersRenewAndRelease: every printable-ASCII owner (R1) can
+// TestEdgeOddOwnersRenewAndRelease: every printable-ASCII owner (R1) can
 // renew and release through every driver, whose writes check the record
 // they overwrite (R6, R7, R10).
-func TestReviewOddOwnersRenewAndRelease(t *testing.T) {
+func TestEdgeOddOwnersRenewAndRelease(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d Driver) {
 		clock := newFakeClock()
 		for i, owner := range []string{`a]b*c?[d^~!`, `"'\%_$.{}`, strings.Repeat("~", 256), "!"} {

@@ -183,11 +183,14 @@ func (d *mongoDriver) update(ctx context.Context, rec Record, version uint64) (u
 // one that Get parses and the store accepts: a document corrupted behind a
 // holder's back (same version) is not overwritten by its Renew or Release;
 // the conflict makes the store re-read and fail with ErrCorrupt (R10).
+// The owner pattern has no {1,256} bound: a bounded repetition makes the
+// regular expression costly to compile per request on some servers, and
+// Get refuses an over-long owner anyway.
 func mongoUpdateFilter(key string, version uint64) bson.D {
 	return bson.D{
 		{Key: "_id", Value: key},
 		{Key: "version", Value: bson.D{{Key: "$eq", Value: int64(version)}, {Key: "$type", Value: "long"}}},
-		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: "^[!-~]{1,256}$"}}},
+		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: "^[!-~]+$"}}},
 		{Key: "epoch", Value: bson.D{{Key: "$type", Value: "long"}, {Key: "$ne", Value: int64(0)}}},
 		{Key: "expires", Value: bson.D{{Key: "$type", Value: "date"}}},
 		{Key: "released", Value: bson.D{{Key: "$type", Value: "bool"}}},

@@ -340,9 +340,6 @@ func (s *DocumentStore) heldAt(key string, rec *Record) (heldGrant, bool) {
 // another instance of the same owner). Renew also needs the record
 // unexpired (R6).
 func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew, reread bool) (heldGrant, error) {
-	if err := ValidateKey(g.Key); err != nil {
-		return heldGrant{}, err
-	}
 	s.mu.Lock()
 	h, ok := s.held[g.Key]
 	_, unsettled := s.pending[g.Key]

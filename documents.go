@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
+	"iter"
 	"sync"
 	"time"
 )
@@ -206,6 +208,82 @@ func (s *DocumentStore) Holder(ctx context.Context, key string) (Record, error) 
 		return Record{}, ErrNotFound
 	}
 	return *rec, nil
+}
+
+// holdersPage is how many records Holders asks a ListDriver for at once.
+const holdersPage = 500
+
+// Holders yields the live holders of every key that begins with prefix, in
+// key order (R14), reading the driver's listing a page at a time. A record
+// that does not parse is yielded as an error matching ErrCorrupt, and the
+// listing goes on. A driver that cannot list yields one error saying so.
+func (s *DocumentStore) Holders(ctx context.Context, prefix string) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		if err := s.usable(ctx); err != nil {
+			yield(Record{}, err)
+			return
+		}
+		ld, ok := s.d.(ListDriver)
+		if !ok {
+			yield(Record{}, fmt.Errorf("lease: holders: the %s driver cannot list keys (it is not a ListDriver)", s.d.Name()))
+			return
+		}
+		for after := ""; ; {
+			recs, err := ld.List(ctx, prefix, after, holdersPage)
+			if err != nil {
+				yield(Record{}, &StorageError{Op: "holders", Key: prefix, Err: err})
+				return
+			}
+			now := s.cfg.now()
+			for _, rec := range recs {
+				if err := checkRecord(rec, rec.Key); err != nil {
+					if !yield(Record{}, &StorageError{Op: "holders", Key: rec.Key, Err: err}) {
+						return
+					}
+					continue
+				}
+				if live(rec, now) && !yield(rec, nil) {
+					return
+				}
+			}
+			if len(recs) < holdersPage {
+				return
+			}
+			after = recs[len(recs)-1].Key
+		}
+	}
+}
+
+// ReleaseAll releases every grant this instance holds, each as Release
+// would (R13). It goes on past failures and joins them.
+func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	grants := make([]Grant, 0, len(s.held))
+	for _, h := range s.held {
+		grants = append(grants, h.grant)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, g := range grants {
+		if err := s.Release(ctx, g); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// usable refuses a call on a closed store or with an ended ctx.
+func (s *DocumentStore) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	return nil
 }
 
 // Close makes later calls fail with ErrClosed. It closes the driver only

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,6 +98,12 @@ func NewMemoryDriver() Driver {
 	return &memoryDriver{docs: make(map[string]memoryDoc)}
 }
 
+var (
+	_ BatchDriver = (*memoryDriver)(nil)
+	_ BatchReader = (*memoryDriver)(nil)
+	_ ListDriver  = (*memoryDriver)(nil)
+)
+
 type memoryDoc struct {
 	rec     Record
 	version uint64
@@ -135,6 +142,11 @@ func (d *memoryDriver) Put(ctx context.Context, rec Record, pre Precondition) (u
 	if d.closed {
 		return 0, ErrClosed
 	}
+	return d.putLocked(rec, pre)
+}
+
+// putLocked applies one conditional write. d.mu must be held.
+func (d *memoryDriver) putLocked(rec Record, pre Precondition) (uint64, error) {
 	doc, exists := d.docs[rec.Key]
 	if pre.Absent == exists || (exists && doc.version != pre.Version) {
 		return 0, ErrConflict
@@ -143,9 +155,118 @@ func (d *memoryDriver) Put(ctx context.Context, rec Record, pre Precondition) (u
 	return doc.version + 1, nil
 }
 
+func (d *memoryDriver) PutMany(ctx context.Context, ws []Write) ([]PutResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	results := make([]PutResult, len(ws))
+	for i, w := range ws {
+		results[i].Version, results[i].Err = d.putLocked(w.Rec, w.Pre)
+	}
+	return results, nil
+}
+
+func (d *memoryDriver) GetMany(ctx context.Context, keys []string) ([]GetResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	results := make([]GetResult, len(keys))
+	for i, key := range keys {
+		doc, ok := d.docs[key]
+		if !ok {
+			results[i].Err = ErrNotFound
+			continue
+		}
+		results[i] = GetResult{Rec: doc.rec, Version: doc.version}
+	}
+	return results, nil
+}
+
+func (d *memoryDriver) List(ctx context.Context, prefix, after string, limit int) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	var recs []Record
+	for key, doc := range d.docs {
+		if strings.HasPrefix(key, prefix) && key > after {
+			recs = append(recs, doc.rec)
+		}
+	}
+	slices.SortFunc(recs, func(a, b Record) int { return strings.Compare(a.Key, b.Key) })
+	return recs[:min(len(recs), max(limit, 0))], nil
+}
+
 func (d *memoryDriver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.closed = true
 	return nil
+}
+
+// BatchDriver is a Driver that can apply many writes in one round trip.
+// DocumentStore uses it, when a driver has it, to renew, acquire and
+// release many keys at once (R12); a driver without it gets one Put per key.
+type BatchDriver interface {
+	Driver
+	// PutMany applies each write as Put would: atomically and
+	// independently, each with its own precondition. results[i] answers
+	// ws[i]: its new version, or an error matching ErrConflict, or another
+	// error when that write's outcome is unknown. A non-nil err means the
+	// outcome of every write is unknown. It returns once every applied
+	// write is durable.
+	PutMany(ctx context.Context, ws []Write) (results []PutResult, err error)
+}
+
+// Write is one conditional write of a batch.
+type Write struct {
+	Rec Record
+	Pre Precondition
+}
+
+// PutResult answers one Write of a batch.
+type PutResult struct {
+	Version uint64
+	Err     error
+}
+
+// BatchReader is a Driver that can read many records in one round trip.
+// Hold's waiting loop uses it to look at every awaited key at once.
+type BatchReader interface {
+	Driver
+	// GetMany reads each key as Get would. results[i] answers keys[i]: its
+	// record and version, or an error matching ErrNotFound when it has no
+	// record, or ErrCorrupt when it cannot be parsed. A non-nil err means
+	// nothing was read.
+	GetMany(ctx context.Context, keys []string) (results []GetResult, err error)
+}
+
+// GetResult answers one key of a GetMany.
+type GetResult struct {
+	Rec     Record
+	Version uint64
+	Err     error
+}
+
+// ListDriver is a Driver that can list records by key prefix. Holders
+// uses it; a store over a driver without it cannot list.
+type ListDriver interface {
+	Driver
+	// List returns at most limit records whose keys begin with prefix and
+	// sort after `after` ("" for the first page), in ascending key order.
+	List(ctx context.Context, prefix, after string, limit int) ([]Record, error)
 }

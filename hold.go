@@ -338,6 +338,49 @@ func (h *Held) renewOnce() error {
 	return nil
 }
 
+// Confirm renews the lease now, synchronously, so that a caller about to
+// do something destructive knows the lease is held at this moment and has
+// a full TTL ahead. If the lease is no longer held (lost, released, store
+// closed) it returns an error matching ErrLost, and Context ends as on any
+// loss. Other errors (storage failing) leave the lease as it was.
+func (h *Held) Confirm(ctx context.Context) (Grant, error) {
+	h.mu.Lock()
+	g, stopped, lostErr := h.grant, h.stopped, h.lostErr
+	h.mu.Unlock()
+	switch {
+	case lostErr != nil:
+		return Grant{}, lostErr
+	case stopped:
+		return Grant{}, fmt.Errorf("lease: %q epoch %d released: %w", g.Key, g.Epoch, ErrLost)
+	}
+	next, err := h.s.Renew(ctx, g)
+	switch {
+	case errors.Is(err, ErrLost):
+		h.lose(err)
+		return Grant{}, err
+	case errors.Is(err, ErrClosed):
+		err = fmt.Errorf("%w: %w", ErrLost, err)
+		h.lose(err)
+		return Grant{}, err
+	case err != nil:
+		return Grant{}, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lostErr != nil {
+		return Grant{}, h.lostErr
+	}
+	if h.stopped {
+		return Grant{}, fmt.Errorf("lease: %q epoch %d released: %w", g.Key, g.Epoch, ErrLost)
+	}
+	h.grant, h.renewErr = next, nil
+	if h.expiry != nil {
+		h.deadline = next.ExpiresAt.Add(-h.margin)
+		h.expiry.Reset(time.Until(h.deadline))
+	}
+	return next, nil
+}
+
 // Release stops renewing, ends Context, waits for the renewal goroutine to
 // return, and releases the grant in the store (R7). Calling it again after
 // it returned nil does nothing and returns nil; after an error it tries

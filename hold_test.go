@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"iter"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -538,6 +539,10 @@ func (f *foreverStore) Release(context.Context, Grant) error {
 
 func (f *foreverStore) Holder(context.Context, string) (Record, error) { return Record{}, ErrNotFound }
 func (f *foreverStore) Close() error                                   { return nil }
+func (f *foreverStore) ReleaseAll(context.Context) error               { return nil }
+func (f *foreverStore) Holders(context.Context, string) iter.Seq2[Record, error] {
+	return func(func(Record, error) bool) {}
+}
 
 // TestHoldNeverExpiringGrant: R4 (local store). A grant with no expiry is
 // never renewed and never lost; only Release ends the context.

@@ -26,6 +26,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"os"
 	"strings"
@@ -62,7 +63,16 @@ type Store interface {
 	Release(ctx context.Context, g Grant) error
 	// Holder returns the live holder's record; ErrNotFound if nobody holds key now.
 	Holder(ctx context.Context, key string) (Record, error)
-	// Close stops the store. Later calls fail with ErrClosed.
+	// Holders yields the live holders of every key that begins with prefix
+	// ("" for all), in ascending byte order of key (R14). It creates,
+	// changes and locks nothing that another store could notice.
+	Holders(ctx context.Context, prefix string) iter.Seq2[Record, error]
+	// ReleaseAll releases every grant this store instance holds (R13).
+	// Per-key failures are joined; a key lost to another owner adds an
+	// error matching ErrLost without stopping the others.
+	ReleaseAll(ctx context.Context) error
+	// Close stops the store and ends every Held made through it (R15).
+	// Later calls fail with ErrClosed.
 	Close() error
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"os"
 	"path/filepath"
@@ -341,6 +342,37 @@ func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 			return Record{}, err
 		}
 	}
+}
+
+// Holders is not yet able to list lock files: it yields one error.
+func (s *LocalStore) Holders(ctx context.Context, prefix string) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		yield(Record{}, errors.New("lease: holders: the local store cannot list keys yet"))
+	}
+}
+
+// ReleaseAll releases every grant this instance holds, each as Release
+// would (R13). It goes on past failures and joins them.
+func (s *LocalStore) ReleaseAll(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	s.mu.Lock()
+	grants := make([]Grant, 0, len(s.held))
+	for _, h := range s.held {
+		grants = append(grants, h.grant)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, g := range grants {
+		if err := s.Release(ctx, g); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Close gives up every flock this instance holds without writing, as a

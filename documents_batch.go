@@ -325,14 +325,20 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 	}
 	locks.unlock()
 	locks = nil
+	var lostGrants []Grant
 	for _, g := range single {
-		if err := s.Release(ctx, g); err != nil {
+		switch err := s.Release(ctx, g); {
+		case err == nil:
+			done = append(done, g)
+		case errors.Is(err, ErrLost):
+			lostGrants = append(lostGrants, g)
 			errs = append(errs, err)
-			continue
+		default:
+			errs = append(errs, err)
 		}
-		done = append(done, g)
 	}
-	s.holds.ended(done)
+	s.holds.ended(done, releasedCause)
+	s.holds.ended(lostGrants, func(g Grant) error { return lost(g.Key, g.Epoch) })
 	return errors.Join(errs...)
 }
 

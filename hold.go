@@ -165,13 +165,14 @@ func Hold(ctx context.Context, s Store, key string, opts ...HoldOption) (*Held, 
 	if s == nil {
 		return nil, errors.New("lease: Hold given a nil store")
 	}
-	if st, ok := s.(interface{ ttl() time.Duration }); ok && st.ttl() > 0 {
+	if ttl := storeTTL(s); ttl > 0 {
 		// Refuse a plan the store's TTL cannot keep before taking anything.
-		if _, _, err := cfg.plan(st.ttl()); err != nil {
+		if _, _, err := cfg.plan(ttl); err != nil {
 			return nil, err
 		}
 	}
 	k := keeperFor(s)
+	prior, hadPrior := k.heldBefore(key)
 	start := time.Now()
 	g, err := s.Acquire(ctx, key)
 	if err != nil && !cfg.failIfHeld && retryable(err) {
@@ -180,7 +181,16 @@ func Hold(ctx context.Context, s Store, key string, opts ...HoldOption) (*Held, 
 	if err != nil {
 		return nil, err
 	}
-	return k.hold(ctx, cfg, g, start)
+	reused := hadPrior && prior.Epoch == g.Epoch && prior.Owner == g.Owner // R4c: not this Hold's to give back
+	return k.hold(ctx, cfg, g, start, reused)
+}
+
+// storeTTL is the TTL of the grants s makes, when s says; 0 otherwise.
+func storeTTL(s Store) time.Duration {
+	if st, ok := s.(interface{ ttl() time.Duration }); ok {
+		return st.ttl()
+	}
+	return 0
 }
 
 // retryable reports whether waiting may cure err: the key is held, or
@@ -257,7 +267,7 @@ func (h *Held) ended() error {
 		return h.lostErr
 	}
 	if h.stopped {
-		return fmt.Errorf("%w: %q epoch %d was released", ErrLost, h.grant.Key, h.grant.Epoch)
+		return releasedCause(h.grant)
 	}
 	return nil
 }
@@ -315,7 +325,7 @@ func (h *Held) Release(ctx context.Context) error {
 	g := h.grant
 	if !h.stopped {
 		h.stopped = true
-		h.cancel(fmt.Errorf("%w: %q epoch %d was released", ErrLost, g.Key, g.Epoch))
+		h.cancel(releasedCause(g))
 	}
 	h.mu.Unlock()
 	err := h.s.Release(ctx, g)

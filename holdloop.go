@@ -28,6 +28,8 @@ type keeper struct {
 	running bool          // the loop goroutine is running
 	busy    bool          // a storage call is in flight
 	stopped bool          // the store closed: no more Helds or waits
+
+	cancelLook context.CancelFunc // ends the look in flight, if any
 }
 
 // keeperSlot is embedded by the stores this package ships, so that each
@@ -42,12 +44,17 @@ func (ks *keeperSlot) keeper(s Store) *keeper {
 	return ks.k
 }
 
-// ended ends the Helds of grants that the store released by itself
-// (ReleaseAll), with the cause a Release gives them.
-func (ks *keeperSlot) ended(gs []Grant) {
-	if k := ks.k; k != nil {
-		k.released(gs)
+// ended ends the Helds of grants that the store gave up by itself
+// (ReleaseAll), each with cause(g).
+func (ks *keeperSlot) ended(gs []Grant, cause func(Grant) error) {
+	if k := ks.k; k != nil && len(gs) > 0 {
+		k.endGrants(gs, cause)
 	}
+}
+
+// releasedCause is why a Held ends when its grant was released.
+func releasedCause(g Grant) error {
+	return fmt.Errorf("%w: %q epoch %d was released", ErrLost, g.Key, g.Epoch)
 }
 
 // foreignKeepers holds the keepers of stores this package does not ship,
@@ -120,22 +127,24 @@ func (k *keeper) pokeLocked() {
 	}
 }
 
-// hold makes a Held of g, acquired at start, and schedules its renewals.
-func (k *keeper) hold(ctx context.Context, cfg holdConfig, g Grant, start time.Time) (*Held, error) {
+// hold makes a Held of g, acquired by a call that began at start, and
+// schedules its renewals. reused says that the store already held g
+// before this Hold (R4c): a failed Hold gives back only a grant it took.
+func (k *keeper) hold(ctx context.Context, cfg holdConfig, g Grant, start time.Time, reused bool) (*Held, error) {
 	h := &Held{s: k.s, k: k, key: g.Key, grant: g}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	if !g.ExpiresAt.IsZero() {
 		var err error
-		h.renew, h.margin, err = cfg.plan(g.ExpiresAt.Sub(start))
-		if err != nil {
+		if g, start, err = k.plan(ctx, h, cfg, g, start); err != nil {
 			h.cancel(err)
-			if !k.holds(g) { // give back only a grant this Hold took itself
+			if !reused && !errors.Is(err, ErrLost) {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 				defer cancel()
 				err = errors.Join(err, k.s.Release(rctx, g))
 			}
 			return nil, err
 		}
+		h.grant = g
 	}
 	if g.ExpiresAt.IsZero() && k.closed == nil {
 		return h, nil // nothing to renew and no close to watch: the loop is not needed
@@ -153,16 +162,44 @@ func (k *keeper) hold(ctx context.Context, cfg holdConfig, g Grant, start time.T
 	return h, nil
 }
 
-// holds reports whether a Held of this keeper already has grant g.
-func (k *keeper) holds(g Grant) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, h := range k.helds[g.Key] {
-		if hg := h.Grant(); hg.Epoch == g.Epoch && hg.Owner == g.Owner {
-			return true
+// plan sets h's renewal interval and margin from the store's TTL (or, for
+// a store that does not say, the grant's), and renews g at once when it
+// has less time left than that plan needs (a grant held before, R4c).
+func (k *keeper) plan(ctx context.Context, h *Held, cfg holdConfig, g Grant, start time.Time) (Grant, time.Time, error) {
+	ttl := storeTTL(k.s)
+	if ttl <= 0 {
+		ttl = g.ExpiresAt.Sub(start)
+	}
+	var err error
+	h.renew, h.margin, err = cfg.plan(ttl)
+	if err == nil && g.ExpiresAt.Sub(start) > h.renew+h.margin {
+		return g, start, nil
+	}
+	start = time.Now()
+	next, rerr := k.s.Renew(ctx, g)
+	if rerr != nil {
+		return g, start, errors.Join(err, rerr)
+	}
+	if err != nil { // the grant's own time was short: plan again on a full one
+		if h.renew, h.margin, err = cfg.plan(next.ExpiresAt.Sub(start)); err != nil {
+			return next, start, err
 		}
 	}
-	return false
+	return next, start, nil
+}
+
+// heldBefore returns the grant the store holds for key before a Hold
+// acquires it, where the store can say.
+func (k *keeper) heldBefore(key string) (Grant, bool) {
+	if st, ok := k.s.(interface{ tableGrantOf(string) (Grant, bool) }); ok {
+		return st.tableGrantOf(key)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if hs := k.helds[key]; len(hs) > 0 {
+		return hs[0].Grant(), true
+	}
+	return Grant{}, false
 }
 
 // scheduleLocked plans h's next renewal and deadline after a grant g
@@ -191,6 +228,15 @@ func (k *keeper) removeLocked(h *Held) {
 	} else {
 		k.helds[h.key] = hs
 	}
+	k.pokeIfIdleLocked()
+}
+
+// pokeIfIdleLocked wakes the loop when it has nothing left, so that it
+// returns now rather than at its next timer.
+func (k *keeper) pokeIfIdleLocked() {
+	if len(k.helds) == 0 && len(k.waits) == 0 {
+		k.pokeLocked()
+	}
 }
 
 // lose ends h with cause and takes it off the loop.
@@ -213,15 +259,15 @@ func (k *keeper) renewed(h *Held, next Grant, start time.Time) bool {
 	return true
 }
 
-// released ends the Helds of grants the store released (ReleaseAll).
-func (k *keeper) released(gs []Grant) {
+// endGrants ends the Helds of grants the store gave up by itself.
+func (k *keeper) endGrants(gs []Grant, cause func(Grant) error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, g := range gs {
 		for _, h := range slices.Clone(k.helds[g.Key]) {
 			if hg := h.Grant(); hg.Epoch == g.Epoch && hg.Owner == g.Owner {
 				k.removeLocked(h)
-				h.lose(fmt.Errorf("%w: %q epoch %d was released", ErrLost, g.Key, g.Epoch))
+				h.lose(cause(g))
 			}
 		}
 	}

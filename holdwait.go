@@ -113,6 +113,10 @@ func (k *keeper) dropWaiterLocked(w *waiter) {
 	} else {
 		k.waits[w.key] = ws
 	}
+	if len(k.waits) == 0 && k.cancelLook != nil {
+		k.cancelLook() // nobody waits for what the look in flight would find
+	}
+	k.pokeIfIdleLocked()
 }
 
 // rescheduleLocked plans w's next look after a look that found err: when
@@ -184,10 +188,14 @@ func acquireAll(ctx context.Context, s Store, keys []string) []grantResult {
 func (k *keeper) lookBatch(keys []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lookTimeout)
 	defer cancel()
+	k.mu.Lock()
+	k.cancelLook = cancel
+	k.mu.Unlock()
 	start := time.Now()
 	results := acquireAll(ctx, k.s, keys)
 	var orphans []Grant
 	k.mu.Lock()
+	k.cancelLook = nil
 	now := time.Now()
 	for i, key := range keys {
 		r, ws := results[i], k.waits[key]

@@ -123,7 +123,10 @@ func openSQLite(path string, busy time.Duration) (Driver, error) {
 	// lock anyway, and a read costs microseconds.
 	db.SetMaxOpenConns(1)
 	d := &sqliteDriver{db: db, path: abs}
-	if err := d.setup(context.Background()); err != nil {
+	// The open's deadline: as long as a write may wait for the lock.
+	ctx, cancel := context.WithTimeout(context.Background(), max(busy, time.Second))
+	defer cancel()
+	if err := d.setup(ctx); err != nil {
 		db.Close()
 		var se *sqlite.Error
 		if errors.As(err, &se) && se.Code()&0xff == sqliteNotADB {
@@ -208,30 +211,53 @@ func (d *sqliteDriver) setup(ctx context.Context) error {
 }
 
 // setupFile does setup's checks and changes on one connection, which it
-// gives back to the pool (of one) when done.
+// gives back to the pool (of one) when done. Several processes may open a
+// new file at the same instant: the check and the creation are one
+// transaction under the write lock, so each opener sees either nothing or
+// the whole schema, and the switch to WAL is retried while another opener
+// holds the lock it needs.
 func (d *sqliteDriver) setupFile(ctx context.Context) error {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	create, err := checkSQLiteSchema(ctx, conn)
-	if err != nil {
+	if err := ensureSQLiteSchema(ctx, conn); err != nil {
 		return err
 	}
-	if create {
-		if err := createSQLiteSchema(ctx, conn); err != nil {
-			return err
+	return switchToWAL(ctx, conn)
+}
+
+// switchToWAL makes the file's journal WAL, a persistent change. The
+// change needs the file to itself, and SQLite does not run the busy
+// handler for it, so a SQLITE_BUSY (another opener reading or writing) is
+// retried with short pauses until ctx ends.
+func switchToWAL(ctx context.Context, conn *sql.Conn) error {
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		var mode string
+		err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
+		switch {
+		case err == nil && !strings.EqualFold(mode, "wal"):
+			return fmt.Errorf("journal mode is %q after switching to WAL; is the file on a network file system?", mode)
+		case err == nil:
+			return nil
+		case !isSQLiteBusy(err):
+			return fmt.Errorf("switching to WAL: %w", err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("switching to WAL: %w (still busy when the open's deadline passed: %w)", err, ctx.Err())
+		case <-t.C:
 		}
 	}
-	var mode string
-	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return fmt.Errorf("switching to WAL: %w", err)
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("journal mode is %q after switching to WAL; is the file on a network file system?", mode)
-	}
-	return nil
+}
+
+// isSQLiteBusy reports SQLITE_BUSY or SQLITE_LOCKED, with extended codes.
+func isSQLiteBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code()&0xff == 5 || se.Code()&0xff == 6)
 }
 
 // checkSQLiteSchema reads the schema version and the leases table's shape.
@@ -307,12 +333,13 @@ func joinColumns(cols []sqliteColumn) string {
 	return strings.Join(s, ", ")
 }
 
-// createSQLiteSchema creates the table and sets the schema version in one
-// transaction. It checks again under the write lock, because another
-// process may have created them since the first look.
-func createSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
+// ensureSQLiteSchema checks the schema version and the table's shape and,
+// on a new file, creates them, all in one transaction under the write
+// lock: another process creating them at the same instant is either
+// wholly before or wholly after. A refused file is rolled back untouched.
+func ensureSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("creating the leases table: %w", err)
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -320,13 +347,14 @@ func createSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
 		}
 	}()
 	create, err := checkSQLiteSchema(ctx, conn)
-	if err != nil || !create {
-		if err == nil {
-			_, err = conn.ExecContext(ctx, "COMMIT")
-		}
+	if err != nil {
 		return err
 	}
-	for _, stmt := range []string{sqliteCreateTable, fmt.Sprintf("PRAGMA user_version = %d", sqliteSchemaVersion), "COMMIT"} {
+	stmts := []string{"COMMIT"}
+	if create {
+		stmts = []string{sqliteCreateTable, fmt.Sprintf("PRAGMA user_version = %d", sqliteSchemaVersion), "COMMIT"}
+	}
+	for _, stmt := range stmts {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("creating the leases table: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -289,20 +290,17 @@ var mongoOpenOptions []MongoOption
 // URL's path names the database (DefaultMongoDatabase if empty), its
 // "collection" parameter the collection (DefaultMongoCollection if absent);
 // every other parameter is the MongoDB driver's own.
-func openMongoStore(ctx context.Context, rawURL string, opts []Option) (Store, error) {
-	uri, db, coll, err := splitMongoURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+func openMongoStore(ctx context.Context, u mongoURL, opts []Option) (Store, error) {
+	client, err := mongo.Connect(options.Client().ApplyURI(u.uri))
 	if err != nil {
 		return nil, fmt.Errorf("lease: mongodb connect: %w", err)
 	}
-	d, err := newMongoDriver(ctx, client.Database(db).Collection(coll), mongoOpenOptions)
+	d, err := newMongoDriver(ctx, client.Database(u.db).Collection(u.coll), mongoOpenOptions)
 	if err == nil {
 		d.ownsClient = true
 		var s *DocumentStore
-		if s, err = NewDocumentStore(d, append(opts, closeDriver())...); err == nil {
+		// Clip: appending must never write into the caller's slice.
+		if s, err = NewDocumentStore(d, append(slices.Clip(opts), closeDriver())...); err == nil {
 			return s, nil
 		}
 	}
@@ -312,22 +310,35 @@ func openMongoStore(ctx context.Context, rawURL string, opts []Option) (Store, e
 	return nil, err
 }
 
+// mongoURL is a mongodb:// URL taken apart by splitMongoURL.
+type mongoURL struct {
+	uri  string // for the MongoDB driver: without the collection parameter
+	db   string
+	coll string
+}
+
 // splitMongoURL takes the database name from a MongoDB URL's path and the
 // collection from its "collection" parameter, and returns the URL without
-// that parameter (the driver warns about options it does not know).
-func splitMongoURL(rawURL string) (uri, db, coll string, err error) {
+// that parameter (the driver warns about options it does not know). Names
+// that MongoDB would refuse are refused here, with the URL (redacted).
+func splitMongoURL(rawURL string) (mongoURL, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok || (scheme != "mongodb" && scheme != "mongodb+srv") {
-		return "", "", "", fmt.Errorf("lease: %q is not a mongodb:// or mongodb+srv:// URL", redactMongoURL(rawURL))
+		return mongoURL{}, fmt.Errorf("lease: %q is not a mongodb:// or mongodb+srv:// URL", redactMongoURL(rawURL))
 	}
 	hostPath, query, _ := strings.Cut(rest, "?")
-	db, coll = DefaultMongoDatabase, DefaultMongoCollection
+	u := mongoURL{db: DefaultMongoDatabase, coll: DefaultMongoCollection}
 	// Userinfo and socket paths have their slashes escaped: the first one
 	// starts the database name.
 	if _, path, ok := strings.Cut(hostPath, "/"); ok && path != "" {
-		if db, err = url.PathUnescape(path); err != nil {
-			return "", "", "", fmt.Errorf("lease: database name in %q: %w", redactMongoURL(rawURL), err)
+		db, err := url.PathUnescape(path)
+		if err == nil && !validMongoDatabase(db) {
+			err = errors.New(`a database name is 1 to 63 bytes without / \ . " $ * < > : | ? space or NUL`)
 		}
+		if err != nil {
+			return mongoURL{}, fmt.Errorf("lease: database name in %q: %w", redactMongoURL(rawURL), err)
+		}
+		u.db = db
 	}
 	var kept []string
 	for _, p := range strings.Split(query, "&") {
@@ -338,15 +349,22 @@ func splitMongoURL(rawURL string) (uri, db, coll string, err error) {
 			}
 			continue
 		}
-		if coll, err = url.QueryUnescape(v); err != nil || coll == "" || strings.ContainsAny(coll, "$\x00") {
-			return "", "", "", fmt.Errorf("lease: bad collection name %q in %q", v, redactMongoURL(rawURL))
+		coll, err := url.QueryUnescape(v)
+		if err != nil || coll == "" || strings.ContainsAny(coll, "$\x00") {
+			return mongoURL{}, fmt.Errorf("lease: bad collection name %q in %q", v, redactMongoURL(rawURL))
 		}
+		u.coll = coll
 	}
-	uri = scheme + "://" + hostPath
+	u.uri = scheme + "://" + hostPath
 	if len(kept) > 0 {
-		uri += "?" + strings.Join(kept, "&")
+		u.uri += "?" + strings.Join(kept, "&")
 	}
-	return uri, db, coll, nil
+	return u, nil
+}
+
+// validMongoDatabase reports whether MongoDB accepts name as a database.
+func validMongoDatabase(name string) bool {
+	return name != "" && len(name) < 64 && !strings.ContainsAny(name, "/\\. \"$*<>:|?\x00")
 }
 
 // redactMongoURL drops the password from a URL for error messages.

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -564,13 +566,14 @@ func TestSplitMongoURL(t *testing.T) {
 		{"mongodb+srv://h.example/?Collection=x%2Ey", "mongodb+srv://h.example/", "lease", "x.y"},
 	}
 	for _, tc := range cases {
-		uri, db, coll, err := splitMongoURL(tc.in)
-		if err != nil || uri != tc.uri || db != tc.db || coll != tc.coll {
-			t.Errorf("splitMongoURL(%q) = %q, %q, %q, %v; want %q, %q, %q", tc.in, uri, db, coll, err, tc.uri, tc.db, tc.coll)
+		u, err := splitMongoURL(tc.in)
+		if err != nil || u.uri != tc.uri || u.db != tc.db || u.coll != tc.coll {
+			t.Errorf("splitMongoURL(%q) = %+v, %v; want %q, %q, %q", tc.in, u, err, tc.uri, tc.db, tc.coll)
 		}
 	}
-	for _, bad := range []string{"mongodb://h/?collection=", "mongodb://h/?collection=a$b", "postgres://h/"} {
-		if _, _, _, err := splitMongoURL(bad); err == nil {
+	for _, bad := range []string{"mongodb://h/?collection=", "mongodb://h/?collection=a$b", "postgres://h/",
+		"mongodb://h/a%2Fb", "mongodb://h/a.b", "mongodb://h/a%00", "mongodb://h/" + strings.Repeat("d", 64)} {
+		if _, err := splitMongoURL(bad); err == nil {
 			t.Errorf("splitMongoURL(%q) accepted", bad)
 		}
 	}
@@ -616,4 +619,46 @@ func mongoStoreURL(t testing.TB, coll string) string {
 	hostsAndPath, query, _ := strings.Cut(rest, "?")
 	hosts, _, _ := strings.Cut(hostsAndPath, "/")
 	return scheme + "://" + hosts + "/lease_test?collection=" + coll + "&" + query
+}
+
+// TestOpenLeavesCallersOptions: Open never writes into the caller's
+// options slice, even when it has spare capacity, so that two Opens
+// sharing one slice do not race (run under -race) and the slice's spare
+// slot keeps what the caller put there (issue 9 item 9).
+func TestOpenLeavesCallersOptions(t *testing.T) {
+	srv := testMongo(t)
+	if srv.ferret {
+		mongoOpenOptions = []MongoOption{AllowUnsafeServer()}
+		t.Cleanup(func() { mongoOpenOptions = nil })
+	}
+	urls := map[string]string{
+		"memory":  "memory:",
+		"sqlite":  "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
+		"mongodb": mongoStoreURL(t, testCollection(t, sharedMongoClient(t)).Name()),
+	}
+	for name, url := range urls {
+		t.Run(name, func(t *testing.T) {
+			var spareRan atomic.Bool
+			spare := func(*config) { spareRan.Store(true) }
+			opts := make([]Option, 1, 4)
+			opts[0] = WithTTL(time.Minute)
+			opts[:2][1] = spare
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					s, err := Open(context.Background(), url, opts...)
+					if err != nil {
+						t.Errorf("Open(%q): %v", url, err)
+						return
+					}
+					s.Close()
+				})
+			}
+			wg.Wait()
+			opts[:2][1](new(config))
+			if !spareRan.Load() {
+				t.Fatalf("Open(%q) wrote into the spare capacity of the caller's options slice", url)
+			}
+		})
+	}
 }

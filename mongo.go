@@ -186,12 +186,14 @@ func (d *mongoDriver) update(ctx context.Context, rec Record, version uint64) (u
 // the conflict makes the store re-read and fail with ErrCorrupt (R10).
 // The owner pattern has no {1,256} bound: a bounded repetition makes the
 // regular expression costly to compile per request on some servers, and
-// Get refuses an over-long owner anyway.
+// Get refuses an over-long owner anyway. It ends in \z, not $: in
+// MongoDB's PCRE, $ also matches before a final newline, so "alice\n"
+// would pass; \z is the very end in PCRE and in Go's regexp (FerretDB).
 func mongoUpdateFilter(key string, version uint64) bson.D {
 	return bson.D{
 		{Key: "_id", Value: key},
 		{Key: "version", Value: bson.D{{Key: "$eq", Value: int64(version)}, {Key: "$type", Value: "long"}}},
-		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: "^[!-~]+$"}}},
+		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: `^[!-~]+\z`}}},
 		{Key: "epoch", Value: bson.D{{Key: "$type", Value: "long"}, {Key: "$ne", Value: int64(0)}}},
 		{Key: "expires", Value: bson.D{{Key: "$type", Value: "date"}}},
 		{Key: "released", Value: bson.D{{Key: "$type", Value: "bool"}}},

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -661,4 +662,80 @@ func TestOpenLeavesCallersOptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMongoOwnerEndingInNewlineFailsClosed_R10: a held document whose
+// owner gains a final newline behind its holder's back (same version) is
+// corrupt: the update guard must not match it, so Renew and Release fail
+// with ErrCorrupt and the document stays as it was. In MongoDB's regular
+// expressions `$` matches before a final newline, so the guard anchors
+// with `\z`; FerretDB (Go's regexp) is checked to accept it too.
+func TestMongoOwnerEndingInNewlineFailsClosed_R10(t *testing.T) {
+	ctx := context.Background()
+	coll := testCollection(t, sharedMongoClient(t))
+	d := newTestMongoDriverOn(t, coll)
+	for i, owner := range []string{"alice\n", "alice\n\n", "\nalice", "alice\r\n"} {
+		key := fmt.Sprintf("nl%d", i)
+		s := newDocStore(t, d, newFakeClock(), "alice")
+		g := mustAcquire(t, s, key)
+		set := bson.D{{Key: "$set", Value: bson.D{{Key: "owner", Value: owner}}}}
+		if _, err := coll.UpdateOne(ctx, byID(key), set); err != nil {
+			t.Fatal(err)
+		}
+		before, err := coll.FindOne(ctx, byID(key)).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Renew(ctx, g)
+		wantErr(t, fmt.Sprintf("Renew with owner %q", owner), err, ErrCorrupt)
+		wantErr(t, fmt.Sprintf("Release with owner %q", owner), s.Release(ctx, g), ErrCorrupt)
+		after, err := coll.FindOne(ctx, byID(key)).Raw()
+		if err != nil || !bytes.Equal(before, after) {
+			t.Fatalf("owner %q: document changed: %v -> %v (%v)", owner, before, after, err)
+		}
+	}
+	// The guard's pattern, as PCRE (MongoDB) reads it: there `$` also
+	// matches before a final newline. FerretDB reads it as Go does.
+	pattern := mongoOwnerPattern(t)
+	pcre := regexp.MustCompile(strings.ReplaceAll(pattern, "$", `(?:\n?\z)`))
+	for _, owner := range []string{"alice\n", "\nalice", "alice\r\n"} {
+		if pcre.MatchString(owner) {
+			t.Errorf("the guard's pattern %q matches owner %q as MongoDB reads it", pattern, owner)
+		}
+	}
+	if !pcre.MatchString("alice") {
+		t.Errorf("the guard's pattern %q does not match a good owner", pattern)
+	}
+	// On this server it compiles, and matches only the good owner.
+	byOwner := bson.D{{Key: "owner", Value: bson.D{{Key: "$regex", Value: pattern}}}}
+	n, err := coll.CountDocuments(ctx, byOwner)
+	if err != nil {
+		t.Fatalf("the guard's pattern on this server: %v", err)
+	}
+	if n != 0 {
+		t.Fatalf("the guard's pattern matched %d owners that end in or begin with a newline", n)
+	}
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "good"}, {Key: "owner", Value: "alice"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := coll.CountDocuments(ctx, byOwner); err != nil || n != 1 {
+		t.Fatalf("the guard's pattern matched %d good owners, %v; want 1", n, err)
+	}
+}
+
+// mongoOwnerPattern is the owner pattern of the driver's update guard.
+func mongoOwnerPattern(t *testing.T) string {
+	t.Helper()
+	for _, e := range mongoUpdateFilter("k", 1) {
+		if e.Key != "owner" {
+			continue
+		}
+		for _, op := range e.Value.(bson.D) {
+			if op.Key == "$regex" {
+				return op.Value.(string)
+			}
+		}
+	}
+	t.Fatal("the update guard has no owner pattern")
+	return ""
 }

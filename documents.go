@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 	"time"
 )
@@ -18,13 +19,17 @@ type DocumentStore struct {
 	cfg   config
 	locks keyLocks
 
-	mu      sync.Mutex              // guards the four fields below
-	held    map[string]heldGrant    // grants this instance holds, by key
-	pending map[string]pendingWrite // writes whose outcome is still unknown (R9), by key
+	holds keeperSlot    // Hold's loop for this store
+	done  chan struct{} // closed by Close (R15)
+
+	mu      sync.Mutex                // guards the four fields below
+	held    map[string]heldGrant      // grants this instance holds, by key
+	pending map[string][]pendingWrite // writes whose outcome is still unknown (R9), by key, oldest first
 	// unseen: releases whose Release returned an error but which a later
 	// read showed landed, by key; a retried Release of that grant succeeds.
 	unseen map[string]Grant
 	closed bool
+	writes uint64 // numbers pending writes
 }
 
 var _ Store = (*DocumentStore)(nil)
@@ -40,6 +45,7 @@ type heldGrant struct {
 // a retried Acquire finds its own earlier write instead of taking it for
 // another holder's.
 type pendingWrite struct {
+	id    uint64       // tells two pending writes of one key apart
 	want  Record       // what the write would have stored
 	grant Grant        // the grant it would have granted (or released)
 	pre   Precondition // the state it was written against
@@ -62,8 +68,9 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	return &DocumentStore{
 		d:       d,
 		cfg:     cfg,
+		done:    make(chan struct{}),
 		held:    make(map[string]heldGrant),
-		pending: make(map[string]pendingWrite),
+		pending: make(map[string][]pendingWrite),
 		unseen:  make(map[string]Grant),
 	}, nil
 }
@@ -73,6 +80,10 @@ func closeDriver() Option { return func(c *config) { c.ownsDriver = true } }
 
 // Owner returns the owner id this store writes into records.
 func (s *DocumentStore) Owner() string { return s.cfg.owner }
+
+func (s *DocumentStore) keeperSlot() *keeperSlot       { return &s.holds }
+func (s *DocumentStore) closedSignal() <-chan struct{} { return s.done }
+func (s *DocumentStore) ttl() time.Duration            { return s.cfg.ttl }
 
 // Acquire takes key (R4). A loser of a race re-reads and returns a
 // *HeldError naming the winner (R5).
@@ -254,27 +265,6 @@ func (s *DocumentStore) Holders(ctx context.Context, prefix string) iter.Seq2[Re
 	}
 }
 
-// ReleaseAll releases every grant this instance holds, each as Release
-// would (R13). It goes on past failures and joins them.
-func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
-	if err := s.usable(ctx); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	grants := make([]Grant, 0, len(s.held))
-	for _, h := range s.held {
-		grants = append(grants, h.grant)
-	}
-	s.mu.Unlock()
-	var errs []error
-	for _, g := range grants {
-		if err := s.Release(ctx, g); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // usable refuses a call on a closed store or with an ended ctx.
 func (s *DocumentStore) usable(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -286,14 +276,18 @@ func (s *DocumentStore) usable(ctx context.Context) error {
 	return nil
 }
 
-// Close makes later calls fail with ErrClosed. It closes the driver only
-// if the store was made by Open. Grants still held stay in storage until
-// they expire, as if the process had crashed.
+// Close makes later calls fail with ErrClosed and ends the context of
+// every Held made through the store (R15). It closes the driver only if
+// the store was made by Open. Grants still held stay in storage until they
+// expire, as if the process had crashed.
 func (s *DocumentStore) Close() error {
 	s.mu.Lock()
 	already := s.closed
 	s.closed = true
 	s.mu.Unlock()
+	if !already {
+		close(s.done)
+	}
 	if already || !s.cfg.ownsDriver {
 		return nil
 	}
@@ -326,6 +320,11 @@ func (s *DocumentStore) expiry(now time.Time) time.Time {
 // parse (R10), and settles what the table and any pending write learn from it.
 func (s *DocumentStore) read(ctx context.Context, op, key string) (*Record, uint64, error) {
 	rec, version, err := s.d.Get(ctx, key)
+	return s.readResult(op, key, rec, version, err)
+}
+
+// readResult checks and settles one record that Get or GetMany returned.
+func (s *DocumentStore) readResult(op, key string, rec Record, version uint64, err error) (*Record, uint64, error) {
 	if errors.Is(err, ErrNotFound) {
 		s.settle(key, nil, 0)
 		return nil, 0, nil
@@ -358,20 +357,7 @@ func checkRecord(rec Record, key string) error {
 func (s *DocumentStore) settle(key string, rec *Record, version uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p, ok := s.pending[key]; ok {
-		switch {
-		case rec != nil && sameState(*rec, p.want): // the write landed
-			delete(s.pending, key)
-			s.commitLocked(p.grant, p.want.Released, version)
-			if p.want.Released {
-				s.unseen[key] = p.grant
-			}
-		case rec == nil && p.pre.Absent, rec != nil && version == p.pre.Version:
-			// Not landed yet; it may still land, so keep it.
-		default: // something else was written since: ours can never land
-			delete(s.pending, key)
-		}
-	}
+	s.settlePendingLocked(key, rec, version)
 	if u, ok := s.unseen[key]; ok && (rec == nil || !rec.Released || rec.Owner != u.Owner || rec.Epoch != u.Epoch) {
 		delete(s.unseen, key) // the release was superseded: a retry is ErrLost
 	}
@@ -385,6 +371,36 @@ func (s *DocumentStore) settle(key string, rec *Record, version uint64) {
 	}
 	h.version, h.grant.ExpiresAt = version, rec.ExpiresAt
 	s.held[key] = h
+}
+
+// settlePendingLocked settles the unknown writes of key against a record
+// just read (R9): one that shows a write landed is committed; one that
+// may still land (the record is still in the state it was written
+// against) is kept; the rest can never land and are forgotten. Every
+// unsettled write is remembered, not only the newest: an older one may
+// land after a newer one was sent. s.mu must be held.
+func (s *DocumentStore) settlePendingLocked(key string, rec *Record, version uint64) {
+	ps := s.pending[key]
+	if len(ps) == 0 {
+		return
+	}
+	var kept []pendingWrite
+	for _, p := range ps {
+		switch {
+		case rec != nil && sameState(*rec, p.want): // it landed
+			s.commitLocked(p.grant, p.want.Released, version)
+			if p.want.Released {
+				s.unseen[key] = p.grant
+			}
+		case rec == nil && p.pre.Absent, rec != nil && !p.pre.Absent && version == p.pre.Version:
+			kept = append(kept, p) // not landed yet; it may still land
+		}
+	}
+	if len(kept) == 0 {
+		delete(s.pending, key)
+	} else {
+		s.pending[key] = kept
+	}
 }
 
 // sameState reports whether two records say the same thing.
@@ -420,7 +436,7 @@ func (s *DocumentStore) heldAt(key string, rec *Record) (heldGrant, bool) {
 func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew, reread bool) (heldGrant, error) {
 	s.mu.Lock()
 	h, ok := s.held[g.Key]
-	_, unsettled := s.pending[g.Key]
+	unsettled := len(s.pending[g.Key]) > 0
 	s.mu.Unlock()
 	if ok && !unsettled && !reread && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
 		return h, nil
@@ -476,38 +492,74 @@ var errSuperseded = errors.New("lease: write superseded")
 // known not to have, and a *StorageError when its outcome stays unknown
 // (R9): then the write is remembered, and the next read of the key settles it.
 func (s *DocumentStore) write(ctx context.Context, op string, g Grant, released bool, pre Precondition) error {
-	want := Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, ExpiresAt: g.ExpiresAt, Released: released}
-	version, err := s.d.Put(ctx, want, pre)
-	if err == nil {
+	p := pendingWrite{want: recordOf(g, released), grant: g, pre: pre}
+	version, err := s.d.Put(ctx, p.want, pre)
+	if err = s.answered(op, &p, version, err); !isUnknown(err) {
+		return err
+	}
+	rec, _, rerr := s.read(ctx, op, g.Key)
+	return s.resolved(op, p, err, rec, rerr)
+}
+
+// recordOf is the record that stores g.
+func recordOf(g Grant, released bool) Record {
+	return Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, ExpiresAt: g.ExpiresAt, Released: released}
+}
+
+// unknownOutcome marks a write error whose outcome a re-read must settle.
+type unknownOutcome struct{ err error }
+
+func (u unknownOutcome) Error() string { return u.err.Error() }
+
+func isUnknown(err error) bool {
+	_, ok := err.(unknownOutcome)
+	return ok
+}
+
+// answered takes the driver's answer to write p: nil once it landed (the
+// table learns it), ErrConflict when it did not, and otherwise an
+// unknownOutcome, after remembering p as pending.
+func (s *DocumentStore) answered(op string, p *pendingWrite, version uint64, err error) error {
+	key := p.want.Key
+	switch {
+	case err == nil:
 		s.mu.Lock()
-		delete(s.pending, g.Key)
-		delete(s.unseen, g.Key)
-		s.commitLocked(g, released, version)
+		delete(s.pending, key)
+		delete(s.unseen, key)
+		s.commitLocked(p.grant, p.want.Released, version)
 		s.mu.Unlock()
 		return nil
-	}
-	if errors.Is(err, ErrConflict) {
+	case errors.Is(err, ErrConflict):
 		return ErrConflict
 	}
 	s.mu.Lock()
-	s.pending[g.Key] = pendingWrite{want: want, grant: g, pre: pre}
+	s.writes++
+	p.id = s.writes
+	s.pending[key] = append(s.pending[key], *p)
 	s.mu.Unlock()
-	s.cfg.logger.Warn("lease: write outcome unknown; re-reading", "op", op, "key", g.Key, "err", err)
-	rec, _, rerr := s.read(ctx, op, g.Key)
+	s.cfg.logger.Warn("lease: write outcome unknown; re-reading", "op", op, "key", key, "err", err)
+	return unknownOutcome{err}
+}
+
+// resolved settles a write of unknown outcome (cause) by the re-read that
+// followed it (rec, or rerr if the re-read failed too).
+func (s *DocumentStore) resolved(op string, p pendingWrite, cause error, rec *Record, rerr error) error {
+	key := p.want.Key
+	cause = cause.(unknownOutcome).err
 	if rerr != nil {
-		return &StorageError{Op: op, Key: g.Key, Err: errors.Join(err, rerr)}
+		return &StorageError{Op: op, Key: key, Err: fmt.Errorf("%w; re-read: %w", cause, quoted{rerr})}
 	}
-	if rec != nil && sameState(*rec, want) {
+	if rec != nil && sameState(*rec, p.want) {
 		s.mu.Lock()
-		delete(s.unseen, g.Key) // reported as landed: a second release is ErrLost
+		delete(s.unseen, key) // reported as landed: a second release is ErrLost
 		s.mu.Unlock()
-		return nil // it landed; read settled the table
+		return nil // it landed; the read settled the table
 	}
 	s.mu.Lock()
-	_, unsettled := s.pending[g.Key]
+	unsettled := slices.ContainsFunc(s.pending[key], func(o pendingWrite) bool { return o.id == p.id })
 	s.mu.Unlock()
 	if unsettled {
-		return &StorageError{Op: op, Key: g.Key, Err: err} // the old state: safe to retry
+		return &StorageError{Op: op, Key: key, Err: cause} // the old state: safe to retry
 	}
 	return errSuperseded
 }

@@ -6,18 +6,23 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"syscall"
 	"time"
 )
 
 // Backoff bounds for Hold's wait for a held key: the first retry comes
 // after about holdMinBackoff, each later one waits twice as long, up to
 // holdMaxBackoff, so that a key released early is picked up within a
-// second while a crowd of waiters costs the store about one read per
-// waiter per second.
+// second. The waits of one store are looked at together, one batched read
+// per round, so a crowd of waiters costs about one read per second.
 const (
 	holdMinBackoff = 50 * time.Millisecond
 	holdMaxBackoff = time.Second
 )
+
+// watchedPoll is how often a waiter whose store tells it of releases
+// (the local store's watchRelease) looks anyway, in case a notice was lost.
+const watchedPoll = 30 * time.Second
 
 // releaseTimeout bounds the Release that Run makes after fn returns, when
 // Run's own context may already be over.
@@ -40,7 +45,8 @@ func FailIfHeld() HoldOption { return func(c *holdConfig) { c.failIfHeld = true 
 // RenewEvery sets how often the lease is renewed while held. The default
 // is a third of the TTL, so that two renewals can fail before the lease
 // runs out. It must be positive and shorter than the TTL minus the safety
-// margin, or Hold fails.
+// margin, or Hold fails. Renewals of one store's leases are batched, so a
+// renewal may come up to half an interval early, never late.
 func RenewEvery(d time.Duration) HoldOption {
 	return func(c *holdConfig) {
 		if d <= 0 {
@@ -73,23 +79,47 @@ func (c *holdConfig) setBad(err error) {
 	}
 }
 
-// Held is a lease kept alive in the background until Release, or until it
-// can no longer be trusted; then Context ends. It is safe for concurrent use.
+// plan returns the renewal interval and margin for grants that last ttl.
+func (c holdConfig) plan(ttl time.Duration) (renew, margin time.Duration, err error) {
+	renew, margin = c.renewEvery, c.margin
+	if margin == 0 {
+		margin = ttl / 6
+	}
+	if renew == 0 {
+		renew = ttl / 3
+	}
+	if margin <= 0 || renew <= 0 || renew >= ttl-margin {
+		return 0, 0, fmt.Errorf("lease: renewing every %v with a safety margin of %v does not fit a TTL of %v",
+			renew, margin, ttl)
+	}
+	return renew, margin, nil
+}
+
+// Held is a lease kept alive until Release, or until it can no longer be
+// trusted; then Context ends. It is safe for concurrent use.
+//
+// A Held costs no goroutine and no timer of its own: one loop per store
+// renews every Held of that store in batches (R12) and ends each one's
+// Context at its own deadline.
 type Held struct {
 	s      Store
+	k      *keeper
+	key    string
 	ctx    context.Context // Context(): ends on loss or Release
 	cancel context.CancelCauseFunc
 	renew  time.Duration // renewal interval; 0 for grants that never expire
 	margin time.Duration
-	done   chan struct{} // closed when the renewal goroutine has returned
 
-	mu       sync.Mutex // guards the fields below
-	grant    Grant      // the newest grant
-	deadline time.Time  // grant.ExpiresAt - margin: stop working by then
-	expiry   *time.Timer
-	lostErr  error // why the lease was lost; nil while held or after a clean Release
-	renewErr error // the last failed renewal's error, nil after a success
-	stopped  bool  // Release has begun: no more renewals, losses or timers
+	// Guarded by k.mu: the loop's schedule for this Held.
+	due      time.Time     // next renewal, on the monotonic clock; zero: none
+	deadline time.Time     // stop working by then (ExpiresAt - margin), monotonic; zero: never
+	retry    time.Duration // the wait before the next retry of a failed renewal
+	renewErr error         // the last failed renewal's error, nil after a success
+
+	mu      sync.Mutex // guards the fields below; taken after k.mu, never before
+	grant   Grant      // the newest grant
+	lostErr error      // why the lease was lost; nil while held or after a clean Release
+	stopped bool       // Release has begun: no more renewals or losses
 
 	releaseMu  sync.Mutex // serialises Release calls; guards released
 	released   bool       // the store has confirmed a release (or that it was lost)
@@ -100,28 +130,30 @@ type Held struct {
 // background and ends Held.Context as soon as the lease can no longer be
 // trusted (R8). Call Release when the work is done.
 //
-// While another owner holds key, Hold retries with jittered exponential
-// backoff until it gets the key or ctx ends; the error then matches ctx's
-// error and, if the key was still held, ErrHeld. FailIfHeld makes it fail at
-// once instead. Storage errors are retried the same way, except a corrupt
-// record (ErrCorrupt).
+// While another owner holds key, Hold waits until it gets the key or ctx
+// ends; the error then matches ctx's error and, if the key was held at the
+// last look that completed, ErrHeld. The waits of one store share one
+// loop that looks at all their keys in one batched read per round and
+// takes every key that became free in one batched write. FailIfHeld makes
+// Hold fail at once instead. Storage errors are retried the same way,
+// except a corrupt record (ErrCorrupt) or a process out of descriptors.
 //
 // ctx bounds the wait only: Held.Context keeps ctx's values but not its
 // cancellation, so a lease outlives a request-scoped ctx used to get it.
 //
-// Grants that never expire (the local store's) need no renewal: Hold then
-// starts no goroutine, and Held.Context ends only at Release.
+// Grants that never expire (the local store's) need no renewal; their
+// Context ends at Release, or when the store is closed.
 //
-// Hold times renewals and the deadline with the time package (time.Now and
-// timers; in tests, a testing/synctest bubble's virtual clock) and measures
-// the TTL as the grant's ExpiresAt minus the time its Acquire began. It
-// assumes the store judges expiry by the same clock (WithClock defaults to
-// time.Now); any difference must fit in the safety margin, as must the
-// skew between this host and the others sharing the store.
+// Hold times renewals and deadlines on the monotonic clock (in tests, a
+// testing/synctest bubble's virtual clock) and measures a grant's TTL as
+// its ExpiresAt minus the time its Acquire or Renew began. It assumes the
+// store judges expiry by the same clock (WithClock defaults to time.Now);
+// any difference must fit in the safety margin, as must the skew between
+// this host and the others sharing the store.
 //
 // A store instance holds a key at most once: a second Hold of the same key
 // through the same store gets the same grant (R4c), and the first Release
-// ends both. Use one Held per key per store.
+// ends both.
 func Hold(ctx context.Context, s Store, key string, opts ...HoldOption) (*Held, error) {
 	var cfg holdConfig
 	for _, o := range opts {
@@ -133,83 +165,40 @@ func Hold(ctx context.Context, s Store, key string, opts ...HoldOption) (*Held, 
 	if s == nil {
 		return nil, errors.New("lease: Hold given a nil store")
 	}
-	g, start, err := acquireWaiting(ctx, s, key, cfg.failIfHeld)
+	if ttl := storeTTL(s); ttl > 0 {
+		// Refuse a plan the store's TTL cannot keep before taking anything.
+		if _, _, err := cfg.plan(ttl); err != nil {
+			return nil, err
+		}
+	}
+	k := keeperFor(s)
+	prior, hadPrior := k.heldBefore(key)
+	start := time.Now()
+	g, err := s.Acquire(ctx, key)
+	if err != nil && !cfg.failIfHeld && retryable(err) {
+		g, start, err = k.wait(ctx, key, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	h := &Held{s: s, grant: g, done: make(chan struct{})}
-	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	if g.ExpiresAt.IsZero() {
-		close(h.done)
-		return h, nil
-	}
-	if err := h.plan(cfg, g.ExpiresAt.Sub(start)); err != nil {
-		h.cancel(err)
-		close(h.done)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-		return nil, errors.Join(err, s.Release(rctx, g))
-	}
-	h.mu.Lock()
-	h.deadline = g.ExpiresAt.Add(-h.margin)
-	h.expiry = time.AfterFunc(time.Until(h.deadline), h.expire)
-	h.mu.Unlock()
-	go h.keep()
-	return h, nil
+	reused := hadPrior && prior.Epoch == g.Epoch && prior.Owner == g.Owner // R4c: not this Hold's to give back
+	return k.hold(ctx, cfg, g, start, reused)
 }
 
-// plan sets the renewal interval and margin for a grant that lasts ttl.
-func (h *Held) plan(cfg holdConfig, ttl time.Duration) error {
-	h.renew, h.margin = cfg.renewEvery, cfg.margin
-	if h.margin == 0 {
-		h.margin = ttl / 6
+// storeTTL is the TTL of the grants s makes, when s says; 0 otherwise.
+func storeTTL(s Store) time.Duration {
+	if st, ok := s.(interface{ ttl() time.Duration }); ok {
+		return st.ttl()
 	}
-	if h.renew == 0 {
-		h.renew = ttl / 3
-	}
-	if h.margin <= 0 || h.renew <= 0 || h.renew >= ttl-h.margin {
-		return fmt.Errorf("lease: renewing every %v with a safety margin of %v does not fit a TTL of %v",
-			h.renew, h.margin, ttl)
-	}
-	return nil
-}
-
-// acquireWaiting acquires key, retrying while it is held (unless
-// failIfHeld) or storage fails, until ctx ends. It also returns when the
-// successful attempt began: the grant's TTL is measured from then.
-func acquireWaiting(ctx context.Context, s Store, key string, failIfHeld bool) (Grant, time.Time, error) {
-	backoff := holdMinBackoff
-	for {
-		start := time.Now()
-		g, err := s.Acquire(ctx, key)
-		if err == nil {
-			return g, start, nil
-		}
-		if failIfHeld || !retryable(err) {
-			return Grant{}, start, err
-		}
-		if ctx.Err() != nil {
-			return Grant{}, start, fmt.Errorf("lease: gave up waiting for %q: %w", key, errors.Join(ctx.Err(), err))
-		}
-		wait := jitter(backoff)
-		if he := (*HeldError)(nil); errors.As(err, &he) && !he.ExpiresAt.IsZero() {
-			// Wake when the holder's grant runs out, if that comes sooner.
-			wait = min(wait, max(time.Until(he.ExpiresAt), holdMinBackoff/2))
-		}
-		backoff = min(2*backoff, holdMaxBackoff)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return Grant{}, start, fmt.Errorf("lease: gave up waiting for %q: %w", key, errors.Join(ctx.Err(), err))
-		}
-	}
+	return 0
 }
 
 // retryable reports whether waiting may cure err: the key is held, or
 // storage failed in a way that is safe to retry.
 func retryable(err error) bool {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		return false // out of descriptors: waiting would only hide it
+	}
 	return errors.Is(err, ErrHeld) || (errors.Is(err, ErrStorage) && !errors.Is(err, ErrCorrupt))
 }
 
@@ -231,10 +220,11 @@ func (h *Held) Grant() Grant {
 }
 
 // Context returns a context that ends when the lease is lost or released.
-// Its cause (context.Cause) matches ErrLost in both cases: a renewal found
+// Its cause (context.Cause) matches ErrLost in every case: a renewal found
 // the key taken or expired, renewals kept failing until ExpiresAt minus
-// the safety margin, or Release was called. Work protected by the lease
-// must stop when it ends.
+// the safety margin, the store was closed (the cause then matches ErrClosed
+// too), or Release was called. Work protected by the lease must stop when
+// it ends.
 func (h *Held) Context() context.Context { return h.ctx }
 
 // lost returns why the lease was lost, or nil if it was not.
@@ -244,97 +234,41 @@ func (h *Held) lost() error {
 	return h.lostErr
 }
 
-// lose ends the context because the lease can no longer be trusted.
-func (h *Held) lose(cause error) {
+// lose ends the context because the lease can no longer be trusted, and
+// reports whether it did (false: already lost or released).
+func (h *Held) lose(cause error) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.loseLocked(cause)
-}
-
-func (h *Held) loseLocked(cause error) {
 	if h.stopped || h.lostErr != nil {
-		return
+		return false
 	}
 	h.lostErr = cause
-	if h.expiry != nil {
-		h.expiry.Stop()
-	}
 	h.cancel(cause)
+	return true
 }
 
-// expire runs when the deadline timer fires. A renewal may have moved the
-// deadline just as the timer fired, so it checks the clock again.
-func (h *Held) expire() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if time.Now().Before(h.deadline) {
-		return
-	}
-	g := h.grant
-	cause := fmt.Errorf("lease: %q epoch %d: not renewed by %s, its expiry minus the safety margin: %w",
-		g.Key, g.Epoch, h.deadline.Format(time.RFC3339Nano), ErrLost)
-	if h.renewErr != nil {
-		cause = fmt.Errorf("%w (last renewal: %w)", cause, h.renewErr)
-	}
-	h.loseLocked(cause)
-}
-
-// keep renews the grant until the context ends. It is the one goroutine
-// a Held owns; Release cancels it and waits for it. After a failed renewal
-// it retries sooner, from an eighth of the interval up to a quarter, so
-// that a short outage costs nothing while a long one ends the work at the
-// deadline (expire) rather than at the first failure.
-func (h *Held) keep() {
-	defer close(h.done)
-	next, retry := h.renew, max(h.renew/8, time.Millisecond)
-	for {
-		t := time.NewTimer(next)
-		select {
-		case <-h.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		err := h.renewOnce()
-		switch {
-		case err == nil:
-			next, retry = h.renew, max(h.renew/8, time.Millisecond)
-		case errors.Is(err, ErrLost):
-			h.lose(err)
-			return
-		case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalidKey):
-			h.lose(fmt.Errorf("%w: cannot renew: %w", ErrLost, err))
-			return
-		default: // storage failing: retry sooner; expire() stops the work in time
-			h.mu.Lock()
-			h.renewErr = err
-			h.mu.Unlock()
-			next = jitter(retry)
-			retry = max(min(2*retry, h.renew/4), time.Millisecond)
-		}
-	}
-}
-
-// renewOnce renews the current grant, bounded by the deadline, and
-// installs the result.
-func (h *Held) renewOnce() error {
-	h.mu.Lock()
-	g, deadline := h.grant, h.deadline
-	h.mu.Unlock()
-	ctx, cancel := context.WithDeadline(h.ctx, deadline)
-	defer cancel()
-	next, err := h.s.Renew(ctx, g)
-	if err != nil {
-		return err
-	}
+// install takes a renewed grant, unless the lease already ended.
+func (h *Held) install(next Grant) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped || h.lostErr != nil {
-		return nil // too late: the work was already told to stop
+		return false
 	}
-	h.grant, h.renewErr = next, nil
-	h.deadline = next.ExpiresAt.Add(-h.margin)
-	h.expiry.Reset(time.Until(h.deadline))
+	h.grant = next
+	return true
+}
+
+// ended returns the error that Confirm reports for a lease that is over,
+// or nil while it is held.
+func (h *Held) ended() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lostErr != nil {
+		return h.lostErr
+	}
+	if h.stopped {
+		return releasedCause(h.grant)
+	}
 	return nil
 }
 
@@ -344,66 +278,56 @@ func (h *Held) renewOnce() error {
 // closed) it returns an error matching ErrLost, and Context ends as on any
 // loss. Other errors (storage failing) leave the lease as it was.
 func (h *Held) Confirm(ctx context.Context) (Grant, error) {
-	h.mu.Lock()
-	g, stopped, lostErr := h.grant, h.stopped, h.lostErr
-	h.mu.Unlock()
-	switch {
-	case lostErr != nil:
-		return Grant{}, lostErr
-	case stopped:
-		return Grant{}, fmt.Errorf("lease: %q epoch %d released: %w", g.Key, g.Epoch, ErrLost)
-	}
-	next, err := h.s.Renew(ctx, g)
-	switch {
-	case errors.Is(err, ErrLost):
-		h.lose(err)
-		return Grant{}, err
-	case errors.Is(err, ErrClosed):
-		err = fmt.Errorf("%w: %w", ErrLost, err)
-		h.lose(err)
-		return Grant{}, err
-	case err != nil:
+	if err := h.ended(); err != nil {
 		return Grant{}, err
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.lostErr != nil {
-		return Grant{}, h.lostErr
+	start := time.Now()
+	next, err := h.s.Renew(ctx, h.Grant())
+	if err != nil {
+		if cause := lossCause(err); cause != nil {
+			h.k.lose(h, cause)
+			return Grant{}, cause
+		}
+		return Grant{}, err
 	}
-	if h.stopped {
-		return Grant{}, fmt.Errorf("lease: %q epoch %d released: %w", g.Key, g.Epoch, ErrLost)
-	}
-	h.grant, h.renewErr = next, nil
-	if h.expiry != nil {
-		h.deadline = next.ExpiresAt.Add(-h.margin)
-		h.expiry.Reset(time.Until(h.deadline))
+	if !h.k.renewed(h, next, start) {
+		return Grant{}, h.ended()
 	}
 	return next, nil
 }
 
-// Release stops renewing, ends Context, waits for the renewal goroutine to
-// return, and releases the grant in the store (R7). Calling it again after
-// it returned nil does nothing and returns nil; after an error it tries
-// the store again, so a failed release can be retried. If the lease was
-// lost, the store's release fails with ErrLost unless nobody took the key.
+// lossCause returns the cause a Held ends with when a renewal failed with
+// err, or nil when err leaves the lease standing (storage failing, which
+// is retried until the deadline).
+func lossCause(err error) error {
+	switch {
+	case errors.Is(err, ErrLost):
+		return err
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalidKey):
+		return fmt.Errorf("%w: cannot renew: %w", ErrLost, err)
+	}
+	return nil
+}
+
+// Release stops renewing, ends Context, and releases the grant in the
+// store (R7). Calling it again after it returned nil does nothing and
+// returns nil; after an error it tries the store again, so a failed
+// release can be retried. If the lease was lost, the store's release fails
+// with ErrLost unless nobody took the key.
 func (h *Held) Release(ctx context.Context) error {
 	h.releaseMu.Lock()
 	defer h.releaseMu.Unlock()
 	if h.released {
 		return h.releaseErr
 	}
+	h.k.remove(h)
 	h.mu.Lock()
+	g := h.grant
 	if !h.stopped {
 		h.stopped = true
-		if h.expiry != nil {
-			h.expiry.Stop()
-		}
-		g := h.grant
-		h.cancel(fmt.Errorf("lease: %q epoch %d released: %w", g.Key, g.Epoch, ErrLost))
+		h.cancel(releasedCause(g))
 	}
-	g := h.grant
 	h.mu.Unlock()
-	<-h.done
 	err := h.s.Release(ctx, g)
 	if err == nil || errors.Is(err, ErrLost) {
 		h.released, h.releaseErr = true, err
@@ -441,3 +365,18 @@ func Run(ctx context.Context, s Store, key string, fn func(ctx context.Context, 
 	defer stop()
 	return fn(fctx, h.Grant())
 }
+
+// waitError is why Hold gave up waiting: its context ended, and the last
+// look that completed found the key held (or storage failing). It matches
+// both, in one line.
+type waitError struct {
+	key  string
+	ctx  error // the context's error
+	last error // the last completed look's error
+}
+
+func (e *waitError) Error() string {
+	return fmt.Sprintf("lease: gave up waiting for %q: %v; last look: %s", e.key, e.ctx, oneLine(e.last))
+}
+
+func (e *waitError) Unwrap() []error { return []error{e.ctx, e.last} }

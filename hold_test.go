@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -115,18 +116,23 @@ func mustHold(t *testing.T, s Store, key string, opts ...HoldOption) *Held {
 }
 
 // wantStopped checks that h's context ended with a cause matching ErrLost
-// and that its renewal goroutine has returned.
+// and that its store's loop no longer keeps it.
 func wantStopped(t *testing.T, h *Held) {
 	t.Helper()
 	synctest.Wait()
 	if cause := context.Cause(h.Context()); !errors.Is(cause, ErrLost) {
 		t.Errorf("context cause = %v; want ErrLost", cause)
 	}
-	select {
-	case <-h.done:
-	default:
-		t.Error("renewal goroutine still running")
+	if kept(h) {
+		t.Error("the store's loop still keeps the Held")
 	}
+}
+
+// kept reports whether h's store loop still renews h.
+func kept(h *Held) bool {
+	h.k.mu.Lock()
+	defer h.k.mu.Unlock()
+	return slices.Contains(h.k.helds[h.key], h)
 }
 
 // stopTime records when ctx ends, on the virtual clock. Its result fails
@@ -182,10 +188,8 @@ func TestHoldRenewalKeepsLease(t *testing.T) {
 		if err := h.Release(t.Context()); err != nil {
 			t.Fatalf("Release = %v", err)
 		}
-		select {
-		case <-h.done: // Release waited for the renewal goroutine
-		default:
-			t.Error("renewal goroutine still running when Release returned")
+		if kept(h) {
+			t.Error("the store's loop still keeps the Held after Release")
 		}
 		wantStopped(t, h)
 		if _, err := b.Holder(t.Context(), "job"); !errors.Is(err, ErrNotFound) {

@@ -61,6 +61,23 @@ func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err err
 	}
 }
 
+// tryLock takes key's lock if it is free, without waiting.
+func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, busy := k.m[key]; busy {
+		return nil, false
+	}
+	if k.m == nil {
+		k.m = make(map[string]*keyLock)
+	}
+	l := k.get()
+	l.refs = 1
+	l.sem <- struct{}{}
+	k.m[key] = l
+	return func() { <-l.sem; k.release(key, l) }, true
+}
+
 func (k *keyLocks) release(key string, l *keyLock) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

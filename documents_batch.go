@@ -1,0 +1,355 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// This file holds the DocumentStore's batched operations (R12): Hold's
+// loop renews and acquires many keys with one read and one write where the
+// driver can batch (BatchReader, BatchDriver), and ReleaseAll releases
+// every grant with one write. Every key keeps its own precondition and its
+// own answer. The common case goes through the batch; any key that needs
+// more (a lost compare-and-swap, a grant missing from the table, a busy
+// key) is handed to the one-key operation, which knows every case.
+
+// batchWrite is one key's write in a batch: g stored (released or not)
+// against pre.
+type batchWrite struct {
+	p   pendingWrite
+	idx int // the caller's index for this key
+}
+
+var _ batchStore = (*DocumentStore)(nil)
+
+// lockedKeys holds the key locks a batch took.
+type lockedKeys []func()
+
+func (l lockedKeys) unlock() {
+	for _, u := range l {
+		u()
+	}
+}
+
+// renewMany renews gs, each as Renew would (R6, R12).
+func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult {
+	out := make([]grantResult, len(gs))
+	if err := s.usable(ctx); err != nil {
+		for i := range out {
+			out[i].err = err
+		}
+		return out
+	}
+	var (
+		locks  lockedKeys
+		batch  []batchWrite
+		single []int
+	)
+	now := s.cfg.now()
+	for i, g := range gs {
+		h, unlock, ok := s.tableGrant(g)
+		if !ok || expired(h.grant.ExpiresAt, now) {
+			single = append(single, i) // Renew reads the record and decides
+			continue
+		}
+		locks = append(locks, unlock)
+		next := h.grant
+		next.ExpiresAt = s.expiry(now)
+		batch = append(batch, batchWrite{idx: i, p: pendingWrite{
+			want: recordOf(next, false), grant: next, pre: Precondition{Version: h.version}}})
+	}
+	for j, err := range s.putBatch(ctx, "renew", batch) {
+		i := batch[j].idx
+		switch {
+		case err == nil:
+			out[i].g = batch[j].p.grant
+		case errors.Is(err, ErrConflict), errors.Is(err, errSuperseded):
+			single = append(single, i) // the version moved: Renew re-reads (R6)
+		default:
+			out[i].err = err
+		}
+	}
+	locks.unlock()
+	for _, i := range single {
+		out[i].g, out[i].err = s.Renew(ctx, gs[i])
+	}
+	return out
+}
+
+// tableGrant locks g's key if it is free and returns the table's entry
+// for g, when the table holds g with no write of unknown outcome.
+func (s *DocumentStore) tableGrant(g Grant) (heldGrant, func(), bool) {
+	if ValidateKey(g.Key) != nil {
+		return heldGrant{}, nil, false
+	}
+	unlock, ok := s.locks.tryLock(g.Key)
+	if !ok {
+		return heldGrant{}, nil, false
+	}
+	s.mu.Lock()
+	h, held := s.held[g.Key]
+	unsettled := len(s.pending[g.Key]) > 0
+	s.mu.Unlock()
+	if !held || unsettled || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch {
+		unlock()
+		return heldGrant{}, nil, false
+	}
+	return h, unlock, true
+}
+
+// acquireMany acquires keys, each as Acquire would (R4, R12), with one
+// batched read and one batched write when the driver can batch.
+func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantResult {
+	out := make([]grantResult, len(keys))
+	br, canRead := s.d.(BatchReader)
+	if err := s.usable(ctx); err != nil || !canRead {
+		for i, key := range keys {
+			out[i].g, out[i].err = s.Acquire(ctx, key)
+		}
+		return out
+	}
+	var (
+		locks  lockedKeys
+		ready  []string // locked keys, read together
+		index  []int
+		single []int
+	)
+	for i, key := range keys {
+		unlock, ok := s.lockValid(key)
+		if !ok {
+			single = append(single, i)
+			continue
+		}
+		locks = append(locks, unlock)
+		ready, index = append(ready, key), append(index, i)
+	}
+	batch := s.decideMany(ctx, br, ready, index, out)
+	for j, err := range s.putBatch(ctx, "acquire", batch) {
+		i := batch[j].idx
+		switch {
+		case err == nil:
+			out[i].g = batch[j].p.grant
+			if out[i].g.PreviousUnclean {
+				s.cfg.logger.Info("lease: took over from a holder that did not release",
+					"key", keys[i], "epoch", out[i].g.Epoch)
+			}
+		case errors.Is(err, ErrConflict), errors.Is(err, errSuperseded):
+			single = append(single, i) // someone wrote first: Acquire re-reads and names the winner
+		default:
+			out[i].err = err
+		}
+	}
+	locks.unlock()
+	for _, i := range single {
+		out[i].g, out[i].err = s.Acquire(ctx, keys[i])
+	}
+	return out
+}
+
+// lockValid locks a valid key if it is free.
+func (s *DocumentStore) lockValid(key string) (func(), bool) {
+	if ValidateKey(key) != nil {
+		return nil, false
+	}
+	return s.locks.tryLock(key)
+}
+
+// decideMany reads keys in one round trip and decides each (R4): it
+// answers out[index[j]] for keys that need no write and returns the
+// writes of the rest.
+func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []string, index []int, out []grantResult) []batchWrite {
+	if len(keys) == 0 {
+		return nil
+	}
+	results, err := br.GetMany(ctx, keys)
+	if err == nil && len(results) != len(keys) {
+		err = fmt.Errorf("driver answered %d of %d reads", len(results), len(keys))
+	}
+	var batch []batchWrite
+	now := s.cfg.now()
+	for j, key := range keys {
+		i := index[j]
+		if err != nil {
+			out[i].err = &StorageError{Op: "acquire", Key: key, Err: err}
+			continue
+		}
+		r := results[j]
+		rec, version, rerr := s.readResult("acquire", key, r.Rec, r.Version, r.Err)
+		if rerr != nil {
+			out[i].err = rerr
+			continue
+		}
+		mine, isMine := s.heldAt(key, rec)
+		d := decide(acquireInput{
+			Stored:  rec,
+			Mine:    isMine,
+			Expired: rec != nil && expired(rec.ExpiresAt, now),
+			Owner:   s.cfg.owner,
+			Expires: s.expiry(now),
+		})
+		switch {
+		case d.Err != nil:
+			out[i].err = d.Err
+		case d.Reuse:
+			out[i].g = mine.grant
+		default:
+			g := d.Next
+			g.Key = key
+			batch = append(batch, batchWrite{idx: i, p: pendingWrite{
+				want: recordOf(g, false), grant: g, pre: Precondition{Absent: rec == nil, Version: version}}})
+		}
+	}
+	return batch
+}
+
+// putBatch applies a batch of writes, each as write would: nil once it
+// landed, ErrConflict or errSuperseded when it did not, a *StorageError
+// when its outcome stays unknown (R9, settled per key by one batched
+// re-read). A driver that cannot batch gets one Put per write.
+func (s *DocumentStore) putBatch(ctx context.Context, op string, batch []batchWrite) []error {
+	errs := make([]error, len(batch))
+	bd, ok := s.d.(BatchDriver)
+	if !ok || len(batch) == 1 {
+		for j, w := range batch {
+			errs[j] = s.write(ctx, op, w.p.grant, w.p.want.Released, w.p.pre)
+		}
+		return errs
+	}
+	if len(batch) == 0 {
+		return errs
+	}
+	ws := make([]Write, len(batch))
+	for j, w := range batch {
+		ws[j] = Write{Rec: w.p.want, Pre: w.p.pre}
+	}
+	results, err := bd.PutMany(ctx, ws)
+	if err == nil && len(results) != len(ws) {
+		err = fmt.Errorf("driver answered %d of %d writes", len(results), len(ws))
+	}
+	var unknown []int
+	for j := range batch {
+		var version uint64
+		perr := err
+		if err == nil {
+			version, perr = results[j].Version, results[j].Err
+		}
+		if errs[j] = s.answered(op, &batch[j].p, version, perr); isUnknown(errs[j]) {
+			unknown = append(unknown, j)
+		}
+	}
+	s.settleBatch(ctx, op, batch, unknown, errs)
+	return errs
+}
+
+// settleBatch re-reads the keys of the writes whose outcome is unknown, in
+// one round trip when the driver can, and settles each (R9).
+func (s *DocumentStore) settleBatch(ctx context.Context, op string, batch []batchWrite, unknown []int, errs []error) {
+	if len(unknown) == 0 {
+		return
+	}
+	br, ok := s.d.(BatchReader)
+	if !ok {
+		for _, j := range unknown {
+			rec, _, rerr := s.read(ctx, op, batch[j].p.want.Key)
+			errs[j] = s.resolved(op, batch[j].p, errs[j], rec, rerr)
+		}
+		return
+	}
+	keys := make([]string, len(unknown))
+	for n, j := range unknown {
+		keys[n] = batch[j].p.want.Key
+	}
+	results, err := br.GetMany(ctx, keys)
+	if err == nil && len(results) != len(keys) {
+		err = fmt.Errorf("driver answered %d of %d reads", len(results), len(keys))
+	}
+	for n, j := range unknown {
+		var rec *Record
+		rerr := err
+		if err == nil {
+			r := results[n]
+			rec, _, rerr = s.readResult(op, keys[n], r.Rec, r.Version, r.Err)
+		}
+		errs[j] = s.resolved(op, batch[j].p, errs[j], rec, rerr)
+	}
+}
+
+// ReleaseAll releases every grant this instance holds, each as Release
+// would (R7, R13), with one batched write when the driver can batch. It
+// goes on past failures and joins them; a grant whose write failed stays
+// held, so calling ReleaseAll again finishes the job. The Helds of the
+// released keys end as if released.
+func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	grants := s.heldGrants()
+	var (
+		locks  lockedKeys
+		batch  []batchWrite
+		single []Grant
+		errs   []error
+		done   []Grant
+	)
+	defer func() { locks.unlock() }()
+	for _, g := range grants {
+		unlock, err := s.locks.lock(ctx, g.Key) // in key order: batches never deadlock
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		locks = append(locks, unlock)
+		s.mu.Lock()
+		h, held := s.held[g.Key]
+		unsettled := len(s.pending[g.Key]) > 0
+		s.mu.Unlock()
+		if !held || unsettled || h.grant.Epoch != g.Epoch {
+			single = append(single, g)
+			continue
+		}
+		batch = append(batch, batchWrite{p: pendingWrite{
+			want: recordOf(h.grant, true), grant: h.grant, pre: Precondition{Version: h.version}}})
+	}
+	for j, err := range s.putBatch(ctx, "release", batch) {
+		g := batch[j].p.grant
+		switch {
+		case err == nil:
+			done = append(done, g)
+		case errors.Is(err, ErrConflict), errors.Is(err, errSuperseded):
+			single = append(single, g) // Release re-reads: the record may still name g (R7)
+		default:
+			errs = append(errs, err)
+		}
+	}
+	locks.unlock()
+	locks = nil
+	var lostGrants []Grant
+	for _, g := range single {
+		switch err := s.Release(ctx, g); {
+		case err == nil:
+			done = append(done, g)
+		case errors.Is(err, ErrLost):
+			lostGrants = append(lostGrants, g)
+			errs = append(errs, err)
+		default:
+			errs = append(errs, err)
+		}
+	}
+	s.holds.ended(done, releasedCause)
+	s.holds.ended(lostGrants, func(g Grant) error { return lost(g.Key, g.Epoch) })
+	return errors.Join(errs...)
+}
+
+// heldGrants returns the grants in the table, in key order.
+func (s *DocumentStore) heldGrants() []Grant {
+	s.mu.Lock()
+	grants := make([]Grant, 0, len(s.held))
+	for _, h := range s.held {
+		grants = append(grants, h.grant)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(grants, func(a, b Grant) int { return strings.Compare(a.Key, b.Key) })
+	return grants
+}

@@ -354,10 +354,14 @@ func TestMongoAmbiguousBatch_R9_R12(t *testing.T) {
 		held = append(held, key)
 	}
 	hit = p.DropReply("update")
+	updates := p.Seen("update")
 	if err := s.ReleaseAll(ctx); err != nil {
 		t.Fatalf("ReleaseAll with a reply dropped: %v; want nil (R9, R13)", err)
 	}
 	requireHit(t, hit)
+	if got := p.Seen("update") - updates; got != 1 {
+		t.Errorf("ReleaseAll of %d keys sent %d update commands; want them in 1 batch", len(held), got)
+	}
 	after, err := d.GetMany(ctx, held)
 	if err != nil {
 		t.Fatal(err)

@@ -324,7 +324,8 @@ func TestPrefixSuccessor(t *testing.T) {
 // outcome unknown). Reads go through untouched.
 type applyThenFail struct {
 	*sqliteDriver
-	lost int // writes whose answer was lost
+	lost    int // writes whose answer was lost
+	batches int // PutMany calls
 }
 
 var errAnswerLost = errors.New("injected: the write was applied, its answer lost")
@@ -338,6 +339,7 @@ func (a *applyThenFail) Put(ctx context.Context, rec Record, pre Precondition) (
 func (a *applyThenFail) PutMany(ctx context.Context, ws []Write) ([]PutResult, error) {
 	_, err := a.sqliteDriver.PutMany(ctx, ws)
 	a.lost += len(ws)
+	a.batches++
 	return nil, fmt.Errorf("%w (the answer was %v)", errAnswerLost, err)
 }
 
@@ -375,10 +377,11 @@ func TestSQLiteAmbiguousBatchSettles_R9_R12(t *testing.T) {
 			t.Fatalf("thief's takeover of %s = %+v", k, g)
 		}
 	}
-	lostBefore := lossy.lost
+	lostBefore, batchesBefore := lossy.lost, lossy.batches
 	err := mine.ReleaseAll(ctxBG)
-	if lossy.lost == lostBefore {
-		t.Fatal("ReleaseAll wrote nothing through the lossy driver; the test is broken")
+	if lossy.lost == lostBefore || lossy.batches == batchesBefore {
+		t.Fatalf("ReleaseAll made %d writes in %d batches through the lossy driver; want its writes in a batch",
+			lossy.lost-lostBefore, lossy.batches-batchesBefore)
 	}
 	if !errors.Is(err, ErrLost) {
 		t.Fatalf("ReleaseAll = %v; want ErrLost for the stolen keys (R13)", err)

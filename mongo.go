@@ -485,6 +485,11 @@ func decodeMongoRecord(raw bson.Raw) (Record, uint64, error) {
 		epoch   int64
 		ok      bool
 	)
+	// A server sends well-formed BSON; anything else is damage, and the
+	// lookups below would read fields out of it anyway (found by fuzzing).
+	if err := raw.Validate(); err != nil {
+		return Record{}, 0, corrupt("mongodb document is malformed BSON: %v", err)
+	}
 	field := func(name string) bson.RawValue {
 		v, err := raw.LookupErr(name)
 		if err != nil {
@@ -507,7 +512,8 @@ func decodeMongoRecord(raw bson.Raw) (Record, uint64, error) {
 	if ms, ok = field("expires").DateTimeOK(); !ok {
 		return Record{}, 0, bad("expires", "a date")
 	}
-	if rec.Released, ok = field("released").BooleanOK(); !ok {
+	// BooleanOK reads any byte but 1 as false; BSON has only 0 and 1.
+	if rec.Released, ok = field("released").BooleanOK(); !ok || field("released").Value[0] > 1 {
 		return Record{}, 0, bad("released", "a boolean")
 	}
 	if version, ok = field("version").Int64OK(); !ok || version < 1 {

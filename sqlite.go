@@ -469,12 +469,7 @@ func (d *sqliteDriver) Put(ctx context.Context, rec Record, pre Precondition) (u
 // putWith runs Put's statement, in tx if it is not nil. It returns
 // ErrConflict when pre does not hold, and the database's error unwrapped.
 func (d *sqliteDriver) putWith(ctx context.Context, tx *sql.Tx, rec Record, pre Precondition) (uint64, error) {
-	released := 0
-	if rec.Released {
-		released = 1
-	}
-	epoch := int64(rec.Epoch) // same bits; see the layout above
-	expiresMs := rec.ExpiresAt.UnixMilli()
+	epoch, expiresMs, released := sqliteValues(rec)
 	stmt := func(s *sql.Stmt) *sql.Stmt {
 		if tx == nil {
 			return s
@@ -506,6 +501,15 @@ func (d *sqliteDriver) putWith(ctx context.Context, tx *sql.Tx, rec Record, pre 
 		return 0, ErrConflict
 	}
 	return next, nil
+}
+
+// sqliteValues are rec's epoch, expires_ms and released columns as Put
+// writes them: the epoch's uint64 bits, Unix milliseconds, 0 or 1.
+func sqliteValues(rec Record) (epoch, expiresMs, released int64) {
+	if rec.Released {
+		released = 1
+	}
+	return int64(rec.Epoch), rec.ExpiresAt.UnixMilli(), released
 }
 
 // sqliteBatchChunk is how many writes PutMany commits in one transaction,

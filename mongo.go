@@ -59,6 +59,7 @@ func AllowUnsafeServer() MongoOption { return func(c *mongoConfig) { c.allowUnsa
 // sees a write that a failover could still roll back.
 type mongoDriver struct {
 	coll       *mongo.Collection
+	chunk      int  // writes per bulkWrite
 	ownsClient bool // made by Open: Close disconnects the client
 	closed     atomic.Bool
 }
@@ -85,34 +86,56 @@ func newMongoDriver(ctx context.Context, coll *mongo.Collection, opts []MongoOpt
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if err := checkMongoServer(ctx, coll.Database(), cfg.allowUnsafe); err != nil {
+	ferret, err := mongoServerIsFerretDB(ctx, coll.Database())
+	if err != nil {
 		return nil, err
+	}
+	if ferret && !cfg.allowUnsafe {
+		return nil, errFerretDB
 	}
 	journal := true
 	coll = coll.Clone(options.Collection().
 		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}).
 		SetReadPreference(readpref.Primary()).
 		SetReadConcern(readconcern.Majority()))
-	return &mongoDriver{coll: coll}, nil
+	d := &mongoDriver{coll: coll, chunk: mongoBatchChunk}
+	if ferret {
+		d.chunk = ferretBatchChunk
+	}
+	return d, nil
 }
 
-// checkMongoServer refuses a server whose buildInfo names FerretDB: v1
-// reads the documents an update matches and writes them back by _id, so
-// two updateOne({_id, version: v}) can both succeed, and two holders win.
+// checkMongoServer refuses a server whose buildInfo names FerretDB unless
+// allowUnsafe: see errFerretDB.
 func checkMongoServer(ctx context.Context, db *mongo.Database, allowUnsafe bool) error {
+	ferret, err := mongoServerIsFerretDB(ctx, db)
+	if err == nil && ferret && !allowUnsafe {
+		err = errFerretDB
+	}
+	return err
+}
+
+// mongoServerIsFerretDB asks the server for buildInfo and reports whether
+// it names FerretDB.
+func mongoServerIsFerretDB(ctx context.Context, db *mongo.Database) (bool, error) {
 	var info bson.M
 	if err := db.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
-		return fmt.Errorf("lease: mongodb buildInfo: %w", err)
+		return false, fmt.Errorf("lease: mongodb buildInfo: %w", err)
 	}
 	for k := range info {
-		if strings.Contains(strings.ToLower(k), "ferretdb") && !allowUnsafe {
-			return fmt.Errorf("lease: the server is FerretDB %v, which does not apply a conditional update atomically, "+
-				"so two clients could both win a lease; use MongoDB (AllowUnsafeServer accepts it for tests "+
-				"that serialize requests themselves)", info[k])
+		if strings.Contains(strings.ToLower(k), "ferretdb") {
+			return true, nil
 		}
 	}
-	return nil
+	return false, nil
 }
+
+// errFerretDB refuses FerretDB: v1 reads the documents an update matches
+// and writes them back by _id, so two updateOne({_id, version: v}) can
+// both succeed, and two holders win.
+var errFerretDB = errors.New("lease: the server is FerretDB, which does not apply a conditional update atomically, " +
+	"so two clients could both win a lease; use MongoDB (AllowUnsafeServer accepts it for tests " +
+	"that serialize requests themselves)")
 
 // Name returns "mongodb".
 func (d *mongoDriver) Name() string { return "mongodb" }
@@ -183,8 +206,13 @@ func (d *mongoDriver) update(ctx context.Context, rec Record, version uint64) (u
 }
 
 // mongoBatchChunk is how many writes PutMany sends in one bulkWrite, and
-// how many keys GetMany asks for in one find.
-const mongoBatchChunk = 1000
+// how many keys GetMany asks for in one find. FerretDB v1 (a test stand-in,
+// see AllowUnsafeServer) stalls on an update command of about 100 updates,
+// so PutMany sends it ferretBatchChunk writes at a time.
+const (
+	mongoBatchChunk  = 1000
+	ferretBatchChunk = 50
+)
 
 var (
 	_ BatchDriver = (*mongoDriver)(nil)
@@ -193,7 +221,7 @@ var (
 )
 
 // PutMany applies ws as unordered bulkWrites of up to mongoBatchChunk
-// writes, with the collection's majority, journaled write concern: each
+// (ferretBatchChunk on FerretDB) writes, with the collection's majority, journaled write concern: each
 // write is an insert (Absent) or an update filtered on _id, version and
 // the guard, as Put sends it, and each has its own answer.
 //
@@ -214,8 +242,8 @@ func (d *mongoDriver) PutMany(ctx context.Context, ws []Write) ([]PutResult, err
 		return nil, err
 	}
 	results := make([]PutResult, len(ws))
-	for start := 0; start < len(ws); start += mongoBatchChunk {
-		end := min(start+mongoBatchChunk, len(ws))
+	for start := 0; start < len(ws); start += d.chunk {
+		end := min(start+d.chunk, len(ws))
 		if err := d.putChunk(ctx, ws[start:end], results[start:end]); err != nil {
 			for i := range results[end:] {
 				results[end+i].Err = fmt.Errorf("lease: mongodb write %q not sent: an earlier part of the batch failed: %w",

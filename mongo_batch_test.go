@@ -150,9 +150,10 @@ func TestMongoJudgeUpdate(t *testing.T) {
 func TestMongoPutManyChunks(t *testing.T) {
 	ctx := context.Background()
 	d, _, p := mongoBatch(t)
-	const n = 2*mongoBatchChunk + 1
+	chunk := d.chunk // mongoBatchChunk, or ferretBatchChunk on FerretDB
+	n := 2*chunk + 1
 	exp := time.UnixMilli(1_800_000_000_000).UTC()
-	conflict := map[int]bool{0: true, mongoBatchChunk - 1: true, mongoBatchChunk: true, 2 * mongoBatchChunk: true}
+	conflict := map[int]bool{0: true, chunk - 1: true, chunk: true, 2 * chunk: true}
 	var existing []string
 	for i := range conflict {
 		existing = append(existing, fmt.Sprintf("k%04d", i))
@@ -168,7 +169,7 @@ func TestMongoPutManyChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := p.Seen("insert") - inserts; got != 3 {
-		t.Errorf("%d inserts took %d insert commands; want 3 (chunks of %d)", n, got, mongoBatchChunk)
+		t.Errorf("%d inserts took %d insert commands; want 3 (chunks of %d)", n, got, chunk)
 	}
 	for i, r := range results {
 		if conflict[i] != errors.Is(r.Err, ErrConflict) || (!conflict[i] && (r.Err != nil || r.Version != 1)) {
@@ -178,6 +179,25 @@ func TestMongoPutManyChunks(t *testing.T) {
 	got, err := d.List(ctx, "k", "", 2*n)
 	if err != nil || len(got) != n {
 		t.Fatalf("List after the batch: %d records, %v; want %d", len(got), err, n)
+	}
+	// Renew them all: one update command per chunk, every one matched, so
+	// no read to tell which.
+	for i := range ws {
+		ws[i].Pre = Precondition{Version: 1}
+		ws[i].Rec.ExpiresAt = exp.Add(time.Minute)
+	}
+	updates, finds := p.Seen("update"), p.Seen("find")
+	results, err = d.PutMany(ctx, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Seen("update") - updates; got != 3 || p.Seen("find") != finds {
+		t.Errorf("%d renewals took %d update commands and %d finds; want 3 and none", n, got, p.Seen("find")-finds)
+	}
+	for i, r := range results {
+		if r.Err != nil || r.Version != 2 {
+			t.Fatalf("renewal %d: %+v; want version 2", i, r)
+		}
 	}
 }
 

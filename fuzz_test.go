@@ -243,7 +243,7 @@ func mongoOwnerPatternOf() string {
 
 // FuzzStoreURL feeds Open's parse step any URL; it opens nothing. It must
 // never panic; a refusal starts with "lease:" and never shows a password
-// given in a mongodb:// URL; an accepted URL names a known scheme, and a
+// given as scheme://user:password@; an accepted URL names a known scheme, and a
 // mongodb:// one a database and collection MongoDB accepts, with the
 // collection parameter taken out of the URL the driver gets.
 func FuzzStoreURL(f *testing.F) {
@@ -264,11 +264,13 @@ func FuzzStoreURL(f *testing.F) {
 		if strings.Contains(raw, secret) {
 			return
 		}
-		withSecret := "mongodb://user:" + secret + "@" + raw
-		if u, err := parseStoreURL(withSecret); err != nil && strings.Contains(err.Error(), secret) {
-			t.Fatalf("parseStoreURL(%q) = %v: the error shows the password", withSecret, err)
-		} else if err == nil {
-			checkStoreURL(t, withSecret, u)
+		for _, scheme := range []string{"mongodb", "mongodb+srv", "mysql"} {
+			withSecret := scheme + "://user:" + secret + "@" + raw
+			if u, err := parseStoreURL(withSecret); err != nil && strings.Contains(err.Error(), secret) {
+				t.Fatalf("parseStoreURL(%q) = %v: the error shows the password", withSecret, err)
+			} else if err == nil {
+				checkStoreURL(t, withSecret, u)
+			}
 		}
 	})
 }

@@ -667,7 +667,8 @@ func validMongoDatabase(name string) bool {
 	return name != "" && len(name) < 64 && !strings.ContainsAny(name, "/\\. \"$*<>:|?\x00")
 }
 
-// redactMongoURL drops the password from a URL for error messages.
+// redactMongoURL drops the password from a URL for error messages; it
+// reads any scheme://user:password@host form.
 func redactMongoURL(rawURL string) string {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {

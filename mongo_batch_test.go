@@ -43,8 +43,8 @@ func TestMongoPutManyPerItem_R12(t *testing.T) {
 	}
 	ws := []Write{
 		{rec("fresh", 1), Precondition{Absent: true}},            // insert: version 1
-		{rec("held", 1), Precondition{Absent: true}},             // duplicate _id: conflict
 		{rec("held", 2), Precondition{Version: 1}},               // update at the right version
+		{rec("held", 1), Precondition{Absent: true}},             // duplicate _id: conflict (the 2nd insert, the 3rd write)
 		{rec("stale", 2), Precondition{Version: 7}},              // stale version: conflict
 		{rec("corrupt", 2), Precondition{Version: 1}},            // the guard refuses a corrupt document: conflict
 		{rec("top", 2), Precondition{Version: math.MaxInt64}},    // no version above it: refused alone
@@ -65,7 +65,7 @@ func TestMongoPutManyPerItem_R12(t *testing.T) {
 	wants := []struct {
 		version uint64
 		err     error
-	}{{1, nil}, {0, ErrConflict}, {2, nil}, {0, ErrConflict}, {0, ErrConflict}, {0, errOther},
+	}{{1, nil}, {2, nil}, {0, ErrConflict}, {0, ErrConflict}, {0, ErrConflict}, {0, errOther},
 		{0, ErrConflict}, {0, ErrConflict}, {1, nil}, {2, nil}, {0, errOther}}
 	for i, w := range wants {
 		r := results[i]

@@ -178,9 +178,10 @@ func checkSQLitePath(path string) (string, error) {
 // sqliteDSN names the file as a URI, so that any byte of the path is
 // escaped, with the per-connection pragmas that every pooled connection
 // runs when it opens, and BEGIN IMMEDIATE for transactions (PutMany), so
-// that a batch waits for the write lock at its start under the busy timeout
-// instead of failing when it upgrades a read. journal_mode is not among them: it is a persistent
-// change to the file, made by setup only after the file has been checked.
+// that a batch waits for the write lock at its start under the busy
+// timeout instead of failing when it upgrades a read. journal_mode is not
+// among the pragmas: it is a persistent change to the file, made by setup
+// only after the file has been checked.
 func sqliteDSN(abs string, busy time.Duration) string {
 	q := url.Values{"_pragma": {
 		fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
@@ -367,13 +368,14 @@ func ensureSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
 	if err != nil {
 		return err
 	}
-	stmts := []string{"COMMIT"}
+	stmts, what := []string{"COMMIT"}, "checking the schema"
 	if create {
 		stmts = []string{sqliteCreateTable, fmt.Sprintf("PRAGMA user_version = %d", sqliteSchemaVersion), "COMMIT"}
+		what = "creating the leases table"
 	}
 	for _, stmt := range stmts {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("creating the leases table: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	return nil

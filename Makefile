@@ -1,6 +1,6 @@
 GO ?= go
 
-.PHONY: test vet bench model mutants tidy-check
+.PHONY: test vet bench model mutants tidy-check fuzz
 
 # test: what CI runs (.ci/run). Vet and format first, then every test under -race.
 test: vet mutants
@@ -30,3 +30,17 @@ mutants:
 
 tidy-check:
 	$(GO) mod tidy && git diff --exit-code go.mod go.sum
+
+# fuzz: each native fuzz target for FUZZTIME; its seed corpus in
+# testdata/fuzz/<name>/ runs in every `go test`. A target that does not
+# exist fails the run, so that the list cannot silently go stale.
+FUZZTIME ?= 30s
+FUZZ_TARGETS = FuzzSQLiteRow FuzzMongoRecord FuzzValidateKey FuzzValidateOwner FuzzStoreURL \
+	FuzzLocalRecord
+fuzz:
+	@have=$$($(GO) test -list='^Fuzz' . | grep '^Fuzz'); \
+	for f in $(FUZZ_TARGETS); do \
+		if ! echo "$$have" | grep -qx "$$f"; then echo "fuzz target $$f does not exist"; exit 1; fi; \
+		echo "fuzzing $$f for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) . || exit 1; \
+	done

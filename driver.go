@@ -73,21 +73,49 @@ func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	u, err := parseStoreURL(url)
+	if err != nil {
+		return nil, err
+	}
+	switch u.scheme {
+	case "memory":
+		// Clip: appending must never write into the caller's slice.
+		return NewDocumentStore(NewMemoryDriver(), append(slices.Clip(opts), closeDriver())...)
+	case "sqlite":
+		return openSQLiteStore(u.rest, opts)
+	case "mongodb", "mongodb+srv":
+		return openMongoStore(ctx, u.mongo, opts)
+	case "file":
+		return openLocalStore(u.rest, opts)
+	}
+	return nil, fmt.Errorf("lease: store scheme %q is parsed but not opened", u.scheme) // a bug: parseStoreURL and Open disagree
+}
+
+// storeURL is an Open URL taken apart, before anything is opened.
+type storeURL struct {
+	scheme string   // "memory", "sqlite", "mongodb", "mongodb+srv" or "file"
+	rest   string   // what follows "scheme:"
+	mongo  mongoURL // for mongodb and mongodb+srv
+}
+
+// parseStoreURL takes an Open URL apart and refuses a malformed one,
+// without touching any file or server.
+func parseStoreURL(url string) (storeURL, error) {
 	scheme, rest, ok := strings.Cut(url, ":")
 	if !ok {
-		return nil, fmt.Errorf("lease: store URL %q has no scheme; want sqlite:, mongodb://, file: or memory:", url)
+		return storeURL{}, fmt.Errorf("lease: store URL %q has no scheme; want sqlite:, mongodb://, file: or memory:", url)
 	}
+	u := storeURL{scheme: scheme, rest: rest}
 	switch scheme {
-	case "memory":
-		return NewDocumentStore(NewMemoryDriver(), append(opts, closeDriver())...)
-	case "sqlite":
-		return openSQLiteStore(rest, opts)
+	case "memory", "sqlite", "file":
+		return u, nil
 	case "mongodb", "mongodb+srv":
-		return openMongoStore(ctx, url, opts)
-	case "file":
-		return openLocalStore(rest, opts)
+		var err error
+		u.mongo, err = splitMongoURL(url)
+		return u, err
 	}
-	return nil, fmt.Errorf("lease: unknown store scheme %q in %q; want sqlite:, mongodb://, file: or memory:", scheme, url)
+	return storeURL{}, fmt.Errorf("lease: unknown store scheme %q in %q; want sqlite:, mongodb://, file: or memory:",
+		scheme, redactMongoURL(url)) // any scheme://user:password@ form
 }
 
 // NewMemoryDriver returns a driver that keeps records in this process's

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -56,6 +59,7 @@ func AllowUnsafeServer() MongoOption { return func(c *mongoConfig) { c.allowUnsa
 // sees a write that a failover could still roll back.
 type mongoDriver struct {
 	coll       *mongo.Collection
+	chunk      int  // writes per bulkWrite
 	ownsClient bool // made by Open: Close disconnects the client
 	closed     atomic.Bool
 }
@@ -82,34 +86,56 @@ func newMongoDriver(ctx context.Context, coll *mongo.Collection, opts []MongoOpt
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if err := checkMongoServer(ctx, coll.Database(), cfg.allowUnsafe); err != nil {
+	ferret, err := mongoServerIsFerretDB(ctx, coll.Database())
+	if err != nil {
 		return nil, err
+	}
+	if ferret && !cfg.allowUnsafe {
+		return nil, errFerretDB
 	}
 	journal := true
 	coll = coll.Clone(options.Collection().
 		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}).
 		SetReadPreference(readpref.Primary()).
 		SetReadConcern(readconcern.Majority()))
-	return &mongoDriver{coll: coll}, nil
+	d := &mongoDriver{coll: coll, chunk: mongoBatchChunk}
+	if ferret {
+		d.chunk = ferretBatchChunk
+	}
+	return d, nil
 }
 
-// checkMongoServer refuses a server whose buildInfo names FerretDB: v1
-// reads the documents an update matches and writes them back by _id, so
-// two updateOne({_id, version: v}) can both succeed, and two holders win.
+// checkMongoServer refuses a server whose buildInfo names FerretDB unless
+// allowUnsafe: see errFerretDB.
 func checkMongoServer(ctx context.Context, db *mongo.Database, allowUnsafe bool) error {
+	ferret, err := mongoServerIsFerretDB(ctx, db)
+	if err == nil && ferret && !allowUnsafe {
+		err = errFerretDB
+	}
+	return err
+}
+
+// mongoServerIsFerretDB asks the server for buildInfo and reports whether
+// it names FerretDB.
+func mongoServerIsFerretDB(ctx context.Context, db *mongo.Database) (bool, error) {
 	var info bson.M
 	if err := db.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
-		return fmt.Errorf("lease: mongodb buildInfo: %w", err)
+		return false, fmt.Errorf("lease: mongodb buildInfo: %w", err)
 	}
 	for k := range info {
-		if strings.Contains(strings.ToLower(k), "ferretdb") && !allowUnsafe {
-			return fmt.Errorf("lease: the server is FerretDB %v, which does not apply a conditional update atomically, "+
-				"so two clients could both win a lease; use MongoDB (AllowUnsafeServer accepts it for tests "+
-				"that serialize requests themselves)", info[k])
+		if strings.Contains(strings.ToLower(k), "ferretdb") {
+			return true, nil
 		}
 	}
-	return nil
+	return false, nil
 }
+
+// errFerretDB refuses FerretDB: v1 reads the documents an update matches
+// and writes them back by _id, so two updateOne({_id, version: v}) can
+// both succeed, and two holders win.
+var errFerretDB = errors.New("lease: the server is FerretDB, which does not apply a conditional update atomically, " +
+	"so two clients could both win a lease; use MongoDB (AllowUnsafeServer accepts it for tests " +
+	"that serialize requests themselves)")
 
 // Name returns "mongodb".
 func (d *mongoDriver) Name() string { return "mongodb" }
@@ -179,18 +205,287 @@ func (d *mongoDriver) update(ctx context.Context, rec Record, version uint64) (u
 	return next, nil
 }
 
+// mongoBatchChunk is how many writes PutMany sends in one bulkWrite, and
+// how many keys GetMany asks for in one find. FerretDB v1 (a test stand-in,
+// see AllowUnsafeServer) stalls on an update command of about 100 updates,
+// so PutMany sends it ferretBatchChunk writes at a time.
+const (
+	mongoBatchChunk  = 1000
+	ferretBatchChunk = 50
+)
+
+var (
+	_ BatchDriver = (*mongoDriver)(nil)
+	_ BatchReader = (*mongoDriver)(nil)
+	_ ListDriver  = (*mongoDriver)(nil)
+)
+
+// PutMany applies ws as unordered bulkWrites of up to mongoBatchChunk
+// (ferretBatchChunk on FerretDB) writes, with the collection's majority, journaled write concern: each
+// write is an insert (Absent) or an update filtered on _id, version and
+// the guard, as Put sends it, and each has its own answer.
+//
+// A duplicate _id on an insert is that write's ErrConflict. An update that
+// matches nothing is a conflict too, but bulkWrite reports only the total
+// of matched documents, not which update matched. When the total is short,
+// one find reads the chunk's updated keys, and each update is judged by
+// what its document shows (see judgeUpdate): since versions only grow and
+// exactly one write can move a document from version v to v+1, a document
+// below v+1, or at v+1 with other contents, proves the update did not
+// apply (ErrConflict); one at v+1 with this write's contents proves it
+// did; anything else leaves the outcome unknown, and the store re-reads.
+//
+// An error for the whole chunk (a lost connection, a write concern error)
+// leaves each of its writes' outcome unknown; later chunks are not sent.
+func (d *mongoDriver) PutMany(ctx context.Context, ws []Write) ([]PutResult, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	results := make([]PutResult, len(ws))
+	for start := 0; start < len(ws); start += d.chunk {
+		end := min(start+d.chunk, len(ws))
+		if err := d.putChunk(ctx, ws[start:end], results[start:end]); err != nil {
+			for i := range results[end:] {
+				results[end+i].Err = fmt.Errorf("lease: mongodb write %q not sent: an earlier part of the batch failed: %w",
+					ws[end+i].Rec.Key, err)
+			}
+			break
+		}
+	}
+	return results, nil
+}
+
+// putChunk sends ws as one unordered bulkWrite and fills results. A
+// non-nil error means every write's outcome is unknown; results say so.
+func (d *mongoDriver) putChunk(ctx context.Context, ws []Write, results []PutResult) error {
+	models := make([]mongo.WriteModel, 0, len(ws))
+	index := make([]int, 0, len(ws)) // models[j] is ws[index[j]]
+	updates := 0
+	for i, w := range ws {
+		switch {
+		case w.Pre.Absent:
+			results[i].Version = 1
+			models = append(models, mongo.NewInsertOneModel().SetDocument(append(bson.D{{Key: "_id", Value: w.Rec.Key}}, mongoFields(w.Rec, 1)...)))
+		case w.Pre.Version == 0: // versions start at 1: no document matches
+			results[i].Err = ErrConflict
+			continue
+		case w.Pre.Version >= math.MaxInt64:
+			results[i].Err = fmt.Errorf("lease: mongodb update %q: version %d out of range", w.Rec.Key, w.Pre.Version)
+			continue
+		default:
+			updates++
+			results[i].Version = w.Pre.Version + 1
+			models = append(models, mongo.NewUpdateOneModel().SetFilter(mongoUpdateFilter(w.Rec.Key, w.Pre.Version)).
+				SetUpdate(bson.D{{Key: "$set", Value: mongoFields(w.Rec, w.Pre.Version+1)}}))
+		}
+		index = append(index, i)
+	}
+	if len(models) == 0 {
+		return nil
+	}
+	res, err := d.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if err != nil && (!errors.As(err, &bwe) || bwe.WriteConcernError != nil) {
+		for _, i := range index {
+			results[i] = PutResult{Err: fmt.Errorf("lease: mongodb write %q in a batch, outcome unknown: %w", ws[i].Rec.Key, err)}
+		}
+		return err
+	}
+	failed := make(map[int]bool, len(bwe.WriteErrors))
+	for _, we := range bwe.WriteErrors {
+		if we.Index < 0 || we.Index >= len(index) {
+			continue
+		}
+		i := index[we.Index]
+		failed[i] = true
+		switch {
+		case ws[i].Pre.Absent && isDuplicateKey(we.WriteError):
+			results[i] = PutResult{Err: ErrConflict}
+		case ws[i].Pre.Absent:
+			results[i] = PutResult{Err: fmt.Errorf("lease: mongodb insert %q: %w", ws[i].Rec.Key, we.WriteError)}
+		default:
+			updates-- // it matched nothing that MatchedCount counts
+			results[i] = PutResult{Err: fmt.Errorf("lease: mongodb update %q: %w", ws[i].Rec.Key, we.WriteError)}
+		}
+	}
+	if res != nil && res.MatchedCount >= int64(updates) {
+		return nil // every update without a write error matched its document
+	}
+	return d.judgeUpdates(ctx, ws, results, failed)
+}
+
+// judgeUpdates reads the documents of the updates in ws that have no
+// answer yet and judges each (see judgeUpdate). If the read fails, their
+// outcome is unknown.
+func (d *mongoDriver) judgeUpdates(ctx context.Context, ws []Write, results []PutResult, failed map[int]bool) error {
+	var keys []string
+	for i, w := range ws {
+		if !w.Pre.Absent && results[i].Err == nil && !failed[i] {
+			keys = append(keys, w.Rec.Key)
+		}
+	}
+	docs, err := d.findRaw(ctx, keys)
+	for i, w := range ws {
+		if w.Pre.Absent || results[i].Err != nil || failed[i] {
+			continue
+		}
+		if err != nil {
+			results[i] = PutResult{Err: fmt.Errorf("lease: mongodb update %q in a batch, outcome unknown: "+
+				"not every update matched, and reading which failed: %w", w.Rec.Key, err)}
+			continue
+		}
+		results[i] = judgeUpdate(w, docs[w.Rec.Key])
+	}
+	return nil
+}
+
+// judgeUpdate answers an update of a bulkWrite from its document as read
+// after it (raw is nil when there is none). Versions only grow, and only
+// one write can move a document from version v to v+1.
+func judgeUpdate(w Write, raw bson.Raw) PutResult {
+	want := w.Pre.Version + 1
+	if raw == nil {
+		return PutResult{Err: ErrConflict} // records are never deleted: it never existed
+	}
+	v, ok := raw.Lookup("version").Int64OK()
+	switch {
+	case ok && v >= 1 && uint64(v) < want:
+		return PutResult{Err: ErrConflict} // it never reached v+1: the update did not apply
+	case ok && uint64(v) == want:
+		rec, _, err := decodeMongoRecord(raw)
+		if err == nil && sameState(rec, w.Rec.withMillis()) {
+			return PutResult{Version: want} // this write's contents at v+1
+		}
+		if err == nil {
+			return PutResult{Err: ErrConflict} // another write took v to v+1
+		}
+	}
+	return PutResult{Err: fmt.Errorf("lease: mongodb update %q in a batch, outcome unknown: "+
+		"its document moved on to version %v", w.Rec.Key, raw.Lookup("version"))}
+}
+
+// isDuplicateKey reports a duplicate _id.
+func isDuplicateKey(we mongo.WriteError) bool {
+	return mongo.IsDuplicateKeyError(mongo.WriteException{WriteErrors: []mongo.WriteError{we}})
+}
+
+// withMillis is rec as a BSON date keeps it: ExpiresAt in whole
+// milliseconds, in UTC.
+func (rec Record) withMillis() Record {
+	rec.ExpiresAt = time.UnixMilli(rec.ExpiresAt.UnixMilli()).UTC()
+	return rec
+}
+
+// GetMany reads keys as Get would, with one find per mongoBatchChunk keys
+// ({_id: {$in: keys}}). A key without a document is ErrNotFound in its
+// result; a document that does not parse is ErrCorrupt in its result.
+func (d *mongoDriver) GetMany(ctx context.Context, keys []string) ([]GetResult, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	docs := make(map[string]bson.Raw, len(keys))
+	for start := 0; start < len(keys); start += mongoBatchChunk {
+		chunk, err := d.findRaw(ctx, keys[start:min(start+mongoBatchChunk, len(keys))])
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(docs, chunk)
+	}
+	results := make([]GetResult, len(keys))
+	for i, k := range keys {
+		raw, ok := docs[k]
+		if !ok {
+			results[i].Err = ErrNotFound
+			continue
+		}
+		rec, v, err := decodeMongoRecord(raw)
+		results[i] = GetResult{Rec: rec, Version: v, Err: err}
+	}
+	return results, nil
+}
+
+// findRaw reads the documents of keys in one find, by _id.
+func (d *mongoDriver) findRaw(ctx context.Context, keys []string) (map[string]bson.Raw, error) {
+	docs := make(map[string]bson.Raw, len(keys))
+	if len(keys) == 0 {
+		return docs, nil
+	}
+	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}}
+	cur, err := d.coll.Find(ctx, filter, options.Find().SetBatchSize(int32(len(keys))))
+	if err != nil {
+		return nil, fmt.Errorf("lease: mongodb read %d keys: %w", len(keys), err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		if id, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
+			docs[id] = slices.Clone(cur.Current)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("lease: mongodb read %d keys: %w", len(keys), err)
+	}
+	return docs, nil
+}
+
+// List returns up to limit records whose keys begin with prefix and sort
+// after `after`, in ascending key order: one find over a range of _id,
+// sorted by _id. MongoDB compares strings bytewise (without a collation,
+// which this collection does not have), so this is byte order. A document
+// that does not parse fails the call with an error matching ErrCorrupt
+// that names its key (R10).
+func (d *mongoDriver) List(ctx context.Context, prefix, after string, limit int) ([]Record, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	rng := bson.D{{Key: "$gte", Value: prefix}}
+	if after >= prefix {
+		rng = bson.D{{Key: "$gt", Value: after}}
+	}
+	// Without a valid UTF-8 successor the range stays open above, and the
+	// first key past the prefix ends the listing.
+	if upper, ok := prefixSuccessor(prefix); ok && utf8.ValidString(upper) {
+		rng = append(rng, bson.E{Key: "$lt", Value: upper})
+	}
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).SetBatchSize(int32(min(limit, math.MaxInt32)))
+	cur, err := d.coll.Find(ctx, bson.D{{Key: "_id", Value: rng}}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("lease: mongodb list %q: %w", prefix, err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	var recs []Record
+	for cur.Next(ctx) {
+		rec, _, err := decodeMongoRecord(cur.Current)
+		if err != nil {
+			return nil, err
+		}
+		if !strings.HasPrefix(rec.Key, prefix) {
+			break
+		}
+		recs = append(recs, rec)
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("lease: mongodb list %q: %w", prefix, err)
+	}
+	return recs, nil
+}
+
 // mongoUpdateFilter matches key's document at version, and only if it is
 // one that Get parses and the store accepts: a document corrupted behind a
 // holder's back (same version) is not overwritten by its Renew or Release;
 // the conflict makes the store re-read and fail with ErrCorrupt (R10).
 // The owner pattern has no {1,256} bound: a bounded repetition makes the
 // regular expression costly to compile per request on some servers, and
-// Get refuses an over-long owner anyway.
+// Get refuses an over-long owner anyway. It ends in \z, not $: in
+// MongoDB's PCRE, $ also matches before a final newline, so "alice\n"
+// would pass; \z is the very end in PCRE and in Go's regexp (FerretDB).
 func mongoUpdateFilter(key string, version uint64) bson.D {
 	return bson.D{
 		{Key: "_id", Value: key},
 		{Key: "version", Value: bson.D{{Key: "$eq", Value: int64(version)}, {Key: "$type", Value: "long"}}},
-		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: "^[!-~]+$"}}},
+		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: `^[!-~]+\z`}}},
 		{Key: "epoch", Value: bson.D{{Key: "$type", Value: "long"}, {Key: "$ne", Value: int64(0)}}},
 		{Key: "expires", Value: bson.D{{Key: "$type", Value: "date"}}},
 		{Key: "released", Value: bson.D{{Key: "$type", Value: "bool"}}},
@@ -218,6 +513,11 @@ func decodeMongoRecord(raw bson.Raw) (Record, uint64, error) {
 		epoch   int64
 		ok      bool
 	)
+	// A server sends well-formed BSON; anything else is damage, and the
+	// lookups below would read fields out of it anyway (found by fuzzing).
+	if err := raw.Validate(); err != nil {
+		return Record{}, 0, corrupt("mongodb document is malformed BSON: %v", err)
+	}
 	field := func(name string) bson.RawValue {
 		v, err := raw.LookupErr(name)
 		if err != nil {
@@ -240,7 +540,8 @@ func decodeMongoRecord(raw bson.Raw) (Record, uint64, error) {
 	if ms, ok = field("expires").DateTimeOK(); !ok {
 		return Record{}, 0, bad("expires", "a date")
 	}
-	if rec.Released, ok = field("released").BooleanOK(); !ok {
+	// BooleanOK reads any byte but 1 as false; BSON has only 0 and 1.
+	if rec.Released, ok = field("released").BooleanOK(); !ok || field("released").Value[0] > 1 {
 		return Record{}, 0, bad("released", "a boolean")
 	}
 	if version, ok = field("version").Int64OK(); !ok || version < 1 {
@@ -289,20 +590,17 @@ var mongoOpenOptions []MongoOption
 // URL's path names the database (DefaultMongoDatabase if empty), its
 // "collection" parameter the collection (DefaultMongoCollection if absent);
 // every other parameter is the MongoDB driver's own.
-func openMongoStore(ctx context.Context, rawURL string, opts []Option) (Store, error) {
-	uri, db, coll, err := splitMongoURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+func openMongoStore(ctx context.Context, u mongoURL, opts []Option) (Store, error) {
+	client, err := mongo.Connect(options.Client().ApplyURI(u.uri))
 	if err != nil {
 		return nil, fmt.Errorf("lease: mongodb connect: %w", err)
 	}
-	d, err := newMongoDriver(ctx, client.Database(db).Collection(coll), mongoOpenOptions)
+	d, err := newMongoDriver(ctx, client.Database(u.db).Collection(u.coll), mongoOpenOptions)
 	if err == nil {
 		d.ownsClient = true
 		var s *DocumentStore
-		if s, err = NewDocumentStore(d, append(opts, closeDriver())...); err == nil {
+		// Clip: appending must never write into the caller's slice.
+		if s, err = NewDocumentStore(d, append(slices.Clip(opts), closeDriver())...); err == nil {
 			return s, nil
 		}
 	}
@@ -312,22 +610,35 @@ func openMongoStore(ctx context.Context, rawURL string, opts []Option) (Store, e
 	return nil, err
 }
 
+// mongoURL is a mongodb:// URL taken apart by splitMongoURL.
+type mongoURL struct {
+	uri  string // for the MongoDB driver: without the collection parameter
+	db   string
+	coll string
+}
+
 // splitMongoURL takes the database name from a MongoDB URL's path and the
 // collection from its "collection" parameter, and returns the URL without
-// that parameter (the driver warns about options it does not know).
-func splitMongoURL(rawURL string) (uri, db, coll string, err error) {
+// that parameter (the driver warns about options it does not know). Names
+// that MongoDB would refuse are refused here, with the URL (redacted).
+func splitMongoURL(rawURL string) (mongoURL, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok || (scheme != "mongodb" && scheme != "mongodb+srv") {
-		return "", "", "", fmt.Errorf("lease: %q is not a mongodb:// or mongodb+srv:// URL", redactMongoURL(rawURL))
+		return mongoURL{}, fmt.Errorf("lease: %q is not a mongodb:// or mongodb+srv:// URL", redactMongoURL(rawURL))
 	}
 	hostPath, query, _ := strings.Cut(rest, "?")
-	db, coll = DefaultMongoDatabase, DefaultMongoCollection
+	u := mongoURL{db: DefaultMongoDatabase, coll: DefaultMongoCollection}
 	// Userinfo and socket paths have their slashes escaped: the first one
 	// starts the database name.
 	if _, path, ok := strings.Cut(hostPath, "/"); ok && path != "" {
-		if db, err = url.PathUnescape(path); err != nil {
-			return "", "", "", fmt.Errorf("lease: database name in %q: %w", redactMongoURL(rawURL), err)
+		db, err := url.PathUnescape(path)
+		if err == nil && !validMongoDatabase(db) {
+			err = errors.New(`a database name is 1 to 63 bytes without / \ . " $ * < > : | ? space or NUL`)
 		}
+		if err != nil {
+			return mongoURL{}, fmt.Errorf("lease: database name in %q: %w", redactMongoURL(rawURL), err)
+		}
+		u.db = db
 	}
 	var kept []string
 	for _, p := range strings.Split(query, "&") {
@@ -338,18 +649,26 @@ func splitMongoURL(rawURL string) (uri, db, coll string, err error) {
 			}
 			continue
 		}
-		if coll, err = url.QueryUnescape(v); err != nil || coll == "" || strings.ContainsAny(coll, "$\x00") {
-			return "", "", "", fmt.Errorf("lease: bad collection name %q in %q", v, redactMongoURL(rawURL))
+		coll, err := url.QueryUnescape(v)
+		if err != nil || coll == "" || strings.ContainsAny(coll, "$\x00") {
+			return mongoURL{}, fmt.Errorf("lease: bad collection name %q in %q", v, redactMongoURL(rawURL))
 		}
+		u.coll = coll
 	}
-	uri = scheme + "://" + hostPath
+	u.uri = scheme + "://" + hostPath
 	if len(kept) > 0 {
-		uri += "?" + strings.Join(kept, "&")
+		u.uri += "?" + strings.Join(kept, "&")
 	}
-	return uri, db, coll, nil
+	return u, nil
 }
 
-// redactMongoURL drops the password from a URL for error messages.
+// validMongoDatabase reports whether MongoDB accepts name as a database.
+func validMongoDatabase(name string) bool {
+	return name != "" && len(name) < 64 && !strings.ContainsAny(name, "/\\. \"$*<>:|?\x00")
+}
+
+// redactMongoURL drops the password from a URL for error messages; it
+// reads any scheme://user:password@host form.
 func redactMongoURL(rawURL string) string {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -564,13 +567,14 @@ func TestSplitMongoURL(t *testing.T) {
 		{"mongodb+srv://h.example/?Collection=x%2Ey", "mongodb+srv://h.example/", "lease", "x.y"},
 	}
 	for _, tc := range cases {
-		uri, db, coll, err := splitMongoURL(tc.in)
-		if err != nil || uri != tc.uri || db != tc.db || coll != tc.coll {
-			t.Errorf("splitMongoURL(%q) = %q, %q, %q, %v; want %q, %q, %q", tc.in, uri, db, coll, err, tc.uri, tc.db, tc.coll)
+		u, err := splitMongoURL(tc.in)
+		if err != nil || u.uri != tc.uri || u.db != tc.db || u.coll != tc.coll {
+			t.Errorf("splitMongoURL(%q) = %+v, %v; want %q, %q, %q", tc.in, u, err, tc.uri, tc.db, tc.coll)
 		}
 	}
-	for _, bad := range []string{"mongodb://h/?collection=", "mongodb://h/?collection=a$b", "postgres://h/"} {
-		if _, _, _, err := splitMongoURL(bad); err == nil {
+	for _, bad := range []string{"mongodb://h/?collection=", "mongodb://h/?collection=a$b", "postgres://h/",
+		"mongodb://h/a%2Fb", "mongodb://h/a.b", "mongodb://h/a%00", "mongodb://h/" + strings.Repeat("d", 64)} {
+		if _, err := splitMongoURL(bad); err == nil {
 			t.Errorf("splitMongoURL(%q) accepted", bad)
 		}
 	}
@@ -616,4 +620,122 @@ func mongoStoreURL(t testing.TB, coll string) string {
 	hostsAndPath, query, _ := strings.Cut(rest, "?")
 	hosts, _, _ := strings.Cut(hostsAndPath, "/")
 	return scheme + "://" + hosts + "/lease_test?collection=" + coll + "&" + query
+}
+
+// TestOpenLeavesCallersOptions: Open never writes into the caller's
+// options slice, even when it has spare capacity, so that two Opens
+// sharing one slice do not race (run under -race) and the slice's spare
+// slot keeps what the caller put there (issue 9 item 9).
+func TestOpenLeavesCallersOptions(t *testing.T) {
+	srv := testMongo(t)
+	if srv.ferret {
+		mongoOpenOptions = []MongoOption{AllowUnsafeServer()}
+		t.Cleanup(func() { mongoOpenOptions = nil })
+	}
+	urls := map[string]string{
+		"memory":  "memory:",
+		"sqlite":  "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
+		"mongodb": mongoStoreURL(t, testCollection(t, sharedMongoClient(t)).Name()),
+	}
+	for name, url := range urls {
+		t.Run(name, func(t *testing.T) {
+			var spareRan atomic.Bool
+			spare := func(*config) { spareRan.Store(true) }
+			opts := make([]Option, 1, 4)
+			opts[0] = WithTTL(time.Minute)
+			opts[:2][1] = spare
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					s, err := Open(context.Background(), url, opts...)
+					if err != nil {
+						t.Errorf("Open(%q): %v", url, err)
+						return
+					}
+					s.Close()
+				})
+			}
+			wg.Wait()
+			opts[:2][1](new(config))
+			if !spareRan.Load() {
+				t.Fatalf("Open(%q) wrote into the spare capacity of the caller's options slice", url)
+			}
+		})
+	}
+}
+
+// TestMongoOwnerEndingInNewlineFailsClosed_R10: a held document whose
+// owner gains a final newline behind its holder's back (same version) is
+// corrupt: the update guard must not match it, so Renew and Release fail
+// with ErrCorrupt and the document stays as it was. In MongoDB's regular
+// expressions `$` matches before a final newline, so the guard anchors
+// with `\z`; FerretDB (Go's regexp) is checked to accept it too.
+func TestMongoOwnerEndingInNewlineFailsClosed_R10(t *testing.T) {
+	ctx := context.Background()
+	coll := testCollection(t, sharedMongoClient(t))
+	d := newTestMongoDriverOn(t, coll)
+	for i, owner := range []string{"alice\n", "alice\n\n", "\nalice", "alice\r\n"} {
+		key := fmt.Sprintf("nl%d", i)
+		s := newDocStore(t, d, newFakeClock(), "alice")
+		g := mustAcquire(t, s, key)
+		set := bson.D{{Key: "$set", Value: bson.D{{Key: "owner", Value: owner}}}}
+		if _, err := coll.UpdateOne(ctx, byID(key), set); err != nil {
+			t.Fatal(err)
+		}
+		before, err := coll.FindOne(ctx, byID(key)).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Renew(ctx, g)
+		wantErr(t, fmt.Sprintf("Renew with owner %q", owner), err, ErrCorrupt)
+		wantErr(t, fmt.Sprintf("Release with owner %q", owner), s.Release(ctx, g), ErrCorrupt)
+		after, err := coll.FindOne(ctx, byID(key)).Raw()
+		if err != nil || !bytes.Equal(before, after) {
+			t.Fatalf("owner %q: document changed: %v -> %v (%v)", owner, before, after, err)
+		}
+	}
+	// The guard's pattern, as PCRE (MongoDB) reads it: there `$` also
+	// matches before a final newline. FerretDB reads it as Go does.
+	pattern := mongoOwnerPattern(t)
+	pcre := regexp.MustCompile(strings.ReplaceAll(pattern, "$", `(?:\n?\z)`))
+	for _, owner := range []string{"alice\n", "\nalice", "alice\r\n"} {
+		if pcre.MatchString(owner) {
+			t.Errorf("the guard's pattern %q matches owner %q as MongoDB reads it", pattern, owner)
+		}
+	}
+	if !pcre.MatchString("alice") {
+		t.Errorf("the guard's pattern %q does not match a good owner", pattern)
+	}
+	// On this server it compiles, and matches only the good owner.
+	byOwner := bson.D{{Key: "owner", Value: bson.D{{Key: "$regex", Value: pattern}}}}
+	n, err := coll.CountDocuments(ctx, byOwner)
+	if err != nil {
+		t.Fatalf("the guard's pattern on this server: %v", err)
+	}
+	if n != 0 {
+		t.Fatalf("the guard's pattern matched %d owners that end in or begin with a newline", n)
+	}
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "good"}, {Key: "owner", Value: "alice"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := coll.CountDocuments(ctx, byOwner); err != nil || n != 1 {
+		t.Fatalf("the guard's pattern matched %d good owners, %v; want 1", n, err)
+	}
+}
+
+// mongoOwnerPattern is the owner pattern of the driver's update guard.
+func mongoOwnerPattern(t *testing.T) string {
+	t.Helper()
+	for _, e := range mongoUpdateFilter("k", 1) {
+		if e.Key != "owner" {
+			continue
+		}
+		for _, op := range e.Value.(bson.D) {
+			if op.Key == "$regex" {
+				return op.Value.(string)
+			}
+		}
+	}
+	t.Fatal("the update guard has no owner pattern")
+	return ""
 }

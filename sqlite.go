@@ -46,6 +46,13 @@ const (
 ) WITHOUT ROWID`
 
 	sqliteGet    = `SELECT owner, epoch, expires_ms, released, version FROM leases WHERE key = ?`
+	sqliteRowsIn = `SELECT key, owner, epoch, expires_ms, released, version FROM leases WHERE key IN (%s)`
+	// sqliteList is an index range on the primary key. The key column has
+	// the BINARY collation (memcmp), so ORDER BY key is ascending byte
+	// order and the range [prefix, successor(prefix)) is exactly the keys
+	// that begin with prefix. ?2 is NULL when prefix has no successor.
+	sqliteList = `SELECT key, owner, epoch, expires_ms, released, version FROM leases
+	WHERE key >= ?1 AND (?2 IS NULL OR key < ?2) AND key > ?3 ORDER BY key LIMIT ?4`
 	sqliteInsert = `INSERT INTO leases (key, owner, epoch, expires_ms, released, version)
 	VALUES (?, ?, ?, ?, ?, 1) ON CONFLICT (key) DO NOTHING`
 	// The update also requires the row to be one that Get parses and the
@@ -123,7 +130,10 @@ func openSQLite(path string, busy time.Duration) (Driver, error) {
 	// lock anyway, and a read costs microseconds.
 	db.SetMaxOpenConns(1)
 	d := &sqliteDriver{db: db, path: abs}
-	if err := d.setup(context.Background()); err != nil {
+	// The open's deadline: as long as a write may wait for the lock.
+	ctx, cancel := context.WithTimeout(context.Background(), max(busy, time.Second))
+	defer cancel()
+	if err := d.setup(ctx); err != nil {
 		db.Close()
 		var se *sqlite.Error
 		if errors.As(err, &se) && se.Code()&0xff == sqliteNotADB {
@@ -167,26 +177,37 @@ func checkSQLitePath(path string) (string, error) {
 
 // sqliteDSN names the file as a URI, so that any byte of the path is
 // escaped, with the per-connection pragmas that every pooled connection
-// runs when it opens. journal_mode is not among them: it is a persistent
-// change to the file, made by setup only after the file has been checked.
+// runs when it opens, and BEGIN IMMEDIATE for transactions (PutMany), so
+// that a batch waits for the write lock at its start under the busy
+// timeout instead of failing when it upgrades a read. journal_mode is not
+// among the pragmas: it is a persistent change to the file, made by setup
+// only after the file has been checked.
 func sqliteDSN(abs string, busy time.Duration) string {
 	q := url.Values{"_pragma": {
 		fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
 		"synchronous(FULL)",
-	}}
+	}, "_txlock": {"immediate"}} // a batch takes the write lock at BEGIN, waiting as a write does
 	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: q.Encode()}).String()
 }
 
 // sqliteDriver is a Driver over one SQLite file. It is safe for concurrent
 // use: database/sql serialises the calls on its one connection.
 type sqliteDriver struct {
-	db     *sql.DB
-	path   string
-	get    *sql.Stmt
-	insert *sql.Stmt
-	update *sql.Stmt
-	closed atomic.Bool
+	db      *sql.DB
+	path    string
+	get     *sql.Stmt
+	insert  *sql.Stmt
+	update  *sql.Stmt
+	list    *sql.Stmt
+	closed  atomic.Bool
+	commits atomic.Int64 // PutMany's transactions, for the benchmarks' round-trip counts
 }
+
+var (
+	_ BatchDriver = (*sqliteDriver)(nil)
+	_ BatchReader = (*sqliteDriver)(nil)
+	_ ListDriver  = (*sqliteDriver)(nil)
+)
 
 // setup checks the file and its schema, creates the table when the file is
 // new, switches the file to WAL and prepares the statements. It writes
@@ -199,7 +220,7 @@ func (d *sqliteDriver) setup(ctx context.Context) error {
 	for _, p := range []struct {
 		stmt  **sql.Stmt
 		query string
-	}{{&d.get, sqliteGet}, {&d.insert, sqliteInsert}, {&d.update, sqliteUpdate}} {
+	}{{&d.get, sqliteGet}, {&d.insert, sqliteInsert}, {&d.update, sqliteUpdate}, {&d.list, sqliteList}} {
 		if *p.stmt, err = d.db.PrepareContext(ctx, p.query); err != nil {
 			return err
 		}
@@ -208,30 +229,53 @@ func (d *sqliteDriver) setup(ctx context.Context) error {
 }
 
 // setupFile does setup's checks and changes on one connection, which it
-// gives back to the pool (of one) when done.
+// gives back to the pool (of one) when done. Several processes may open a
+// new file at the same instant: the check and the creation are one
+// transaction under the write lock, so each opener sees either nothing or
+// the whole schema, and the switch to WAL is retried while another opener
+// holds the lock it needs.
 func (d *sqliteDriver) setupFile(ctx context.Context) error {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	create, err := checkSQLiteSchema(ctx, conn)
-	if err != nil {
+	if err := ensureSQLiteSchema(ctx, conn); err != nil {
 		return err
 	}
-	if create {
-		if err := createSQLiteSchema(ctx, conn); err != nil {
-			return err
+	return switchToWAL(ctx, conn)
+}
+
+// switchToWAL makes the file's journal WAL, a persistent change. The
+// change needs the file to itself, and SQLite does not run the busy
+// handler for it, so a SQLITE_BUSY (another opener reading or writing) is
+// retried with short pauses until ctx ends.
+func switchToWAL(ctx context.Context, conn *sql.Conn) error {
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		var mode string
+		err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
+		switch {
+		case err == nil && !strings.EqualFold(mode, "wal"):
+			return fmt.Errorf("journal mode is %q after switching to WAL; is the file on a network file system?", mode)
+		case err == nil:
+			return nil
+		case !isSQLiteBusy(err):
+			return fmt.Errorf("switching to WAL: %w", err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("switching to WAL: %w (still busy when the open's deadline passed: %w)", err, ctx.Err())
+		case <-t.C:
 		}
 	}
-	var mode string
-	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return fmt.Errorf("switching to WAL: %w", err)
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("journal mode is %q after switching to WAL; is the file on a network file system?", mode)
-	}
-	return nil
+}
+
+// isSQLiteBusy reports SQLITE_BUSY or SQLITE_LOCKED, with extended codes.
+func isSQLiteBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code()&0xff == 5 || se.Code()&0xff == 6)
 }
 
 // checkSQLiteSchema reads the schema version and the leases table's shape.
@@ -307,12 +351,13 @@ func joinColumns(cols []sqliteColumn) string {
 	return strings.Join(s, ", ")
 }
 
-// createSQLiteSchema creates the table and sets the schema version in one
-// transaction. It checks again under the write lock, because another
-// process may have created them since the first look.
-func createSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
+// ensureSQLiteSchema checks the schema version and the table's shape and,
+// on a new file, creates them, all in one transaction under the write
+// lock: another process creating them at the same instant is either
+// wholly before or wholly after. A refused file is rolled back untouched.
+func ensureSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("creating the leases table: %w", err)
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -320,15 +365,17 @@ func createSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
 		}
 	}()
 	create, err := checkSQLiteSchema(ctx, conn)
-	if err != nil || !create {
-		if err == nil {
-			_, err = conn.ExecContext(ctx, "COMMIT")
-		}
+	if err != nil {
 		return err
 	}
-	for _, stmt := range []string{sqliteCreateTable, fmt.Sprintf("PRAGMA user_version = %d", sqliteSchemaVersion), "COMMIT"} {
+	stmts, what := []string{"COMMIT"}, "checking the schema"
+	if create {
+		stmts = []string{sqliteCreateTable, fmt.Sprintf("PRAGMA user_version = %d", sqliteSchemaVersion), "COMMIT"}
+		what = "creating the leases table"
+	}
+	for _, stmt := range stmts {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("creating the leases table: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	return nil
@@ -414,37 +461,241 @@ func (d *sqliteDriver) Put(ctx context.Context, rec Record, pre Precondition) (u
 	if d.closed.Load() {
 		return 0, ErrClosed
 	}
-	released := 0
-	if rec.Released {
-		released = 1
+	next, err := d.putWith(ctx, d.insert, d.update, rec, pre)
+	if err != nil && !errors.Is(err, ErrConflict) {
+		return 0, d.fail("put", rec.Key, err)
 	}
-	epoch := int64(rec.Epoch) // same bits; see the layout above
-	expiresMs := rec.ExpiresAt.UnixMilli()
+	return next, err
+}
+
+// putWith runs Put's statement: insert or update, which may be bound to a
+// transaction. It returns ErrConflict when pre does not hold, and the
+// database's error unwrapped.
+func (d *sqliteDriver) putWith(ctx context.Context, insert, update *sql.Stmt, rec Record, pre Precondition) (uint64, error) {
+	epoch, expiresMs, released := sqliteValues(rec)
 	var res sql.Result
 	var err error
 	next := uint64(1)
 	switch {
 	case pre.Absent:
-		res, err = d.insert.ExecContext(ctx, rec.Key, rec.Owner, epoch, expiresMs, released)
+		res, err = insert.ExecContext(ctx, rec.Key, rec.Owner, epoch, expiresMs, released)
 	case pre.Version == 0 || pre.Version > math.MaxInt64:
 		return 0, ErrConflict // no stored row has such a version
 	case pre.Version == math.MaxInt64:
-		return 0, d.fail("put", rec.Key, fmt.Errorf("version %d is the largest SQLite stores", pre.Version))
+		return 0, fmt.Errorf("version %d is the largest SQLite stores", pre.Version)
 	default:
 		next = pre.Version + 1
-		res, err = d.update.ExecContext(ctx, rec.Owner, epoch, expiresMs, released, int64(next), rec.Key, int64(pre.Version))
+		res, err = update.ExecContext(ctx, rec.Owner, epoch, expiresMs, released, int64(next), rec.Key, int64(pre.Version))
 	}
 	if err != nil {
-		return 0, d.fail("put", rec.Key, err)
+		return 0, err
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, d.fail("put", rec.Key, err)
+		return 0, err
 	}
 	if n == 0 {
 		return 0, ErrConflict
 	}
 	return next, nil
+}
+
+// sqliteValues are rec's epoch, expires_ms and released columns as Put
+// writes them: the epoch's uint64 bits, Unix milliseconds, 0 or 1.
+func sqliteValues(rec Record) (epoch, expiresMs, released int64) {
+	if rec.Released {
+		released = 1
+	}
+	return int64(rec.Epoch), rec.ExpiresAt.UnixMilli(), released
+}
+
+// sqliteBatchChunk is how many writes PutMany commits in one transaction,
+// and how many keys GetMany reads in one query. An UPDATE by primary key
+// costs a few microseconds, so a full chunk holds the write lock for about
+// 10 ms plus its fsync, and other processes' writes are not starved by one
+// large batch; 10,000 renewals take 4 transactions.
+const sqliteBatchChunk = 2500
+
+// PutMany applies ws in transactions of up to sqliteBatchChunk writes,
+// each write with its own precondition as Put: a write whose precondition
+// fails is ErrConflict in its result and does not stop the others. Each
+// chunk is one commit, so one fsync. If a chunk fails before its commit,
+// it is rolled back and each of its writes reports the error (nothing of
+// it was written); if the commit itself fails, each of its writes reports
+// an error saying the outcome is unknown, and the store re-reads (R9).
+// The chunks after a failed one are not attempted.
+func (d *sqliteDriver) PutMany(ctx context.Context, ws []Write) ([]PutResult, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite %s put many: %w", d.path, err)
+	}
+	results := make([]PutResult, len(ws))
+	for start := 0; start < len(ws); start += sqliteBatchChunk {
+		end := min(start+sqliteBatchChunk, len(ws))
+		if err := d.putChunk(ctx, ws[start:end], results[start:end]); err != nil {
+			for i := range results[end:] {
+				results[end+i].Err = d.fail("put", ws[end+i].Rec.Key,
+					fmt.Errorf("not written: an earlier chunk of the batch failed: %w", err))
+			}
+			break
+		}
+	}
+	return results, nil
+}
+
+// putChunk applies ws in one transaction and fills results. A non-nil
+// error means the chunk failed; results then say so per write.
+func (d *sqliteDriver) putChunk(ctx context.Context, ws []Write, results []PutResult) (err error) {
+	fail := func(what string, err error) error {
+		for i, w := range ws {
+			results[i] = PutResult{Err: d.fail("put", w.Rec.Key, fmt.Errorf("%s: %w", what, err))}
+		}
+		return err
+	}
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fail("not written", err)
+	}
+	insert, update := tx.StmtContext(ctx, d.insert), tx.StmtContext(ctx, d.update)
+	for i, w := range ws {
+		v, err := d.putWith(ctx, insert, update, w.Rec, w.Pre)
+		switch {
+		case err == nil || errors.Is(err, ErrConflict):
+			results[i] = PutResult{Version: v, Err: err}
+		case w.Pre.Version == math.MaxInt64:
+			results[i] = PutResult{Err: d.fail("put", w.Rec.Key, err)} // refused before the database: the others go on
+		default:
+			_ = tx.Rollback() // an uncommitted transaction is never durable, whatever Rollback says
+			return fail("not written, the batch's transaction was rolled back", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fail("outcome unknown, the batch's commit failed", err)
+	}
+	d.commits.Add(1)
+	return nil
+}
+
+// GetMany reads keys as Get would, with one query per sqliteBatchChunk
+// keys. A key without a row is ErrNotFound in its result; a row that does
+// not parse is ErrCorrupt in its result (R10).
+func (d *sqliteDriver) GetMany(ctx context.Context, keys []string) ([]GetResult, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	results := make([]GetResult, len(keys))
+	at := make(map[string][]int, len(keys)) // a key may be asked for twice
+	for i, k := range keys {
+		at[k] = append(at[k], i)
+		results[i].Err = ErrNotFound
+	}
+	for start := 0; start < len(keys); start += sqliteBatchChunk {
+		chunk := keys[start:min(start+sqliteBatchChunk, len(keys))]
+		args := make([]any, len(chunk))
+		for i, k := range chunk {
+			args[i] = k
+		}
+		query := fmt.Sprintf(sqliteRowsIn, strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ","))
+		err := d.eachRow(ctx, func(key string, rec Record, version uint64, err error) error {
+			for _, i := range at[key] {
+				results[i] = GetResult{Rec: rec, Version: version, Err: err}
+			}
+			return nil
+		}, nil, query, args...)
+		if err != nil {
+			return nil, d.fail("get many", chunk[0], err)
+		}
+	}
+	return results, nil
+}
+
+// List returns up to limit records whose keys begin with prefix and sort
+// after `after`, in ascending byte order of key, from one range query on
+// the primary key. A row that does not parse fails the whole call with an
+// error matching ErrCorrupt that names its key (R10).
+func (d *sqliteDriver) List(ctx context.Context, prefix, after string, limit int) ([]Record, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite %s list %q: %w", d.path, prefix, err)
+	}
+	if limit <= 0 {
+		return nil, nil // SQLite reads LIMIT -1 as no limit
+	}
+	var upper any // NULL: no key sorts after every key with this prefix
+	if s, ok := prefixSuccessor(prefix); ok {
+		upper = s
+	}
+	var recs []Record
+	err := d.eachRow(ctx, func(key string, rec Record, _ uint64, err error) error {
+		if err != nil {
+			return err
+		}
+		recs = append(recs, rec)
+		return nil
+	}, d.list, "", prefix, upper, after, limit)
+	if errors.Is(err, ErrCorrupt) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, d.fail("list", prefix, err)
+	}
+	return recs, nil
+}
+
+// prefixSuccessor returns the least string greater than every string that
+// begins with prefix, in byte order; false when there is none ("" or all
+// 0xff bytes).
+func prefixSuccessor(prefix string) (string, bool) {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
+}
+
+// eachRow runs a query for the columns key, owner, epoch, expires_ms,
+// released and version (stmt, or query if stmt is nil) and calls fn with
+// each row parsed; a row that does not parse comes with its ErrCorrupt.
+// An error from fn stops the rows and is returned.
+func (d *sqliteDriver) eachRow(ctx context.Context, fn func(key string, rec Record, version uint64, err error) error,
+	stmt *sql.Stmt, query string, args ...any) error {
+	var rows *sql.Rows
+	var err error
+	if stmt != nil {
+		rows, err = stmt.QueryContext(ctx, args...)
+	} else {
+		rows, err = d.db.QueryContext(ctx, query, args...)
+	}
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key any
+		var cols [5]any
+		if err := rows.Scan(&key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]); err != nil {
+			return err
+		}
+		k, ok := key.(string)
+		if !ok {
+			if err := fn("", Record{}, 0, corruptColumn(fmt.Sprint(key), "key", key, "text")); err != nil {
+				return err
+			}
+			continue
+		}
+		rec, version, err := parseSQLiteRow(k, cols)
+		if err := fn(k, rec, version, err); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // fail wraps a database error; after Close it is ErrClosed. A write error
@@ -462,7 +713,7 @@ func (d *sqliteDriver) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, s := range []*sql.Stmt{d.get, d.insert, d.update} {
+	for _, s := range []*sql.Stmt{d.get, d.insert, d.update, d.list} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}

@@ -3,10 +3,15 @@
 package lease
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -52,4 +57,128 @@ func TestSQLiteProcessCrash(t *testing.T) {
 	if g.Epoch != 3 || !g.PreviousUnclean || g.Owner != "taker" {
 		t.Fatalf("takeover = %+v; want taker at epoch 3 with PreviousUnclean", g)
 	}
+}
+
+// sqliteOpenChildEnv selects TestSQLiteOpenChild in a child process.
+const sqliteOpenChildEnv = "LEASE_TEST_SQLITE_OPEN_CHILD"
+
+// TestSQLiteOpenChild is the child of TestSQLiteConcurrentFirstOpen; run
+// directly it does nothing. For each line "open <path>" on stdin it opens
+// the file with OpenSQLite, writes one record of its own, and answers
+// "RESULT ok" or "RESULT err <text>".
+func TestSQLiteOpenChild(t *testing.T) {
+	name := os.Getenv(sqliteOpenChildEnv)
+	if name == "" {
+		return
+	}
+	fmt.Println("RESULT ready")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		path, ok := strings.CutPrefix(sc.Text(), "open ")
+		if !ok {
+			t.Fatalf("unknown command %q", sc.Text())
+		}
+		if err := openAndWrite(path, name); err != nil {
+			fmt.Printf("RESULT err %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			continue
+		}
+		fmt.Println("RESULT ok")
+	}
+}
+
+// openAndWrite opens path and inserts a record under the child's name.
+func openAndWrite(path, name string) error {
+	d, err := OpenSQLite(path)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	_, err = d.Put(context.Background(), Record{Key: name, Owner: name, Epoch: 1}, Precondition{Absent: true})
+	return err
+}
+
+// TestSQLiteConcurrentFirstOpen: 8 processes open a fresh SQLite file at
+// the same instant (workers started together on a new host), 20 rounds.
+// Every open succeeds and all of them share one table with one schema
+// version in WAL mode (R11: sqlite coordinates processes; issue 9 item 1).
+func TestSQLiteConcurrentFirstOpen(t *testing.T) {
+	const procs, rounds = 8, 20
+	children := make([]*child, procs)
+	for i := range children {
+		children[i] = startOpenChild(t, fmt.Sprintf("opener-%d", i))
+	}
+	dir := t.TempDir()
+	for round := range rounds {
+		path := filepath.Join(dir, fmt.Sprintf("round%d.db", round))
+		// Every child is blocked reading stdin: these lines are the barrier.
+		for _, c := range children {
+			c.send(t, "open "+path)
+		}
+		for _, c := range children {
+			if got := c.recv(t); got != "ok" {
+				t.Errorf("round %d: %s: %s", round, c.owner, got)
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		db := rawSQLite(t, path)
+		var tables, version, rows int
+		var mode string
+		if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'table'").Scan(&tables); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow("SELECT count(*) FROM leases").Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		db.QueryRow("PRAGMA user_version").Scan(&version)
+		db.QueryRow("PRAGMA journal_mode").Scan(&mode)
+		if tables != 1 || rows != procs || version != sqliteSchemaVersion || mode != "wal" {
+			t.Fatalf("round %d: %d tables, %d rows, user_version %d, journal_mode %q; want 1, %d, %d, wal",
+				round, tables, rows, version, mode, procs, sqliteSchemaVersion)
+		}
+		db.Close()
+	}
+	stopChildren(t, children)
+}
+
+// startOpenChild runs the test binary as TestSQLiteOpenChild.
+func startOpenChild(t *testing.T, name string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSQLiteOpenChild$", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), sqliteOpenChildEnv+"="+name)
+	c := &child{owner: name, cmd: cmd, results: make(chan string, 16), exited: make(chan error, 1), stderr: new(bytes.Buffer)}
+	cmd.Stderr = c.stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting child %s: %v", name, err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if line, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
+				c.results <- line
+			}
+		}
+		close(c.results)
+		c.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		c.stdin.Close()
+		select {
+		case <-c.exited:
+		case <-time.After(30 * time.Second): // a guard, not a wait for time to pass
+			c.cmd.Process.Kill()
+		}
+	})
+	if got := c.recv(t); got != "ready" {
+		t.Fatalf("child %s: %s", name, got)
+	}
+	return c
 }

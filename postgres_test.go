@@ -582,3 +582,150 @@ func pgTextArray(dst *[]string) sql.Scanner {
 type scanFunc func(src any) error
 
 func (f scanFunc) Scan(src any) error { return f(src) }
+
+// testPostgresDBVia opens a pool to the shared server through proxy p,
+// closed when the test ends.
+func testPostgresDBVia(t testing.TB, p *pgProxy) *sql.DB {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(testPostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Host, cfg.Port, cfg.Fallbacks, cfg.TLSConfig = "127.0.0.1", uint16(p.Port()), nil, nil
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// pgServerAddr is the shared server's "host:port", for a proxy.
+func pgServerAddr(t testing.TB) string {
+	cfg, err := pgx.ParseConfig(testPostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+}
+
+// TestPostgresAmbiguousWrites_R9 drops the reply to a write the server
+// committed, for acquire, renew and release: the store re-reads and
+// returns what it got. A write cut before it reached the server is a
+// *StorageError that is safe to retry. A batch whose reply is lost
+// settles per key on a re-read.
+func TestPostgresAmbiguousWrites_R9(t *testing.T) {
+	p := newPgProxy(t, pgServerAddr(t))
+	d, err := NewPostgresDriver(ctxBG, testPostgresDBVia(t, p), PostgresTable(testPostgresTable(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	now := t0
+	clock := func() time.Time { return now }
+	s, _ := NewDocumentStore(d, WithOwner("me"), WithClock(clock), WithTTL(time.Minute))
+	other, _ := NewDocumentStore(d, WithOwner("other"), WithClock(clock))
+	const insert, update = "INSERT INTO", "UPDATE"
+
+	t.Run("acquire", func(t *testing.T) {
+		hit := p.DropReply(insert)
+		g, err := s.Acquire(ctxBG, "a")
+		requireHit(t, hit)
+		if err != nil || g.Epoch != 1 || g.Owner != "me" {
+			t.Fatalf("acquire with its reply dropped: %+v, %v; want epoch 1 (R9)", g, err)
+		}
+		if _, err := other.Acquire(ctxBG, "a"); !errors.Is(err, ErrHeld) {
+			t.Fatalf("another owner after the dropped reply: %v; want ErrHeld", err)
+		}
+		if _, err := s.Renew(ctxBG, g); err != nil {
+			t.Fatalf("renew of the grant: %v", err)
+		}
+	})
+
+	t.Run("acquire cut before the server", func(t *testing.T) {
+		hit := p.Cut(insert)
+		g, err := s.Acquire(ctxBG, "b")
+		requireHit(t, hit)
+		if !errors.Is(err, ErrStorage) {
+			t.Fatalf("acquire whose write never arrived: %+v, %v; want a *StorageError (R9)", g, err)
+		}
+		if g, err = s.Acquire(ctxBG, "b"); err != nil || g.Epoch != 1 { // safe to retry
+			t.Fatalf("acquire after the cut: %+v, %v; want epoch 1", g, err)
+		}
+	})
+
+	t.Run("renew", func(t *testing.T) {
+		g := mustAcquire(t, s, "c")
+		now = now.Add(10 * time.Second)
+		hit := p.DropReply(update)
+		g2, err := s.Renew(ctxBG, g)
+		requireHit(t, hit)
+		if want := now.Add(time.Minute); err != nil || g2.Epoch != g.Epoch || !g2.ExpiresAt.Equal(want) {
+			t.Fatalf("renew with its reply dropped: %+v, %v; want expiry %v (R9)", g2, err, want)
+		}
+		if rec, err := other.Holder(ctxBG, "c"); err != nil || !rec.ExpiresAt.Equal(g2.ExpiresAt) {
+			t.Fatalf("holder after renew: %+v, %v", rec, err)
+		}
+	})
+
+	t.Run("renew cut before the server", func(t *testing.T) {
+		g := mustAcquire(t, s, "c2")
+		now = now.Add(time.Second) // else the renewed record would equal the old one
+		hit := p.Cut(update)
+		_, err := s.Renew(ctxBG, g)
+		requireHit(t, hit)
+		if !errors.Is(err, ErrStorage) || errors.Is(err, ErrLost) {
+			t.Fatalf("renew whose write never arrived: %v; want a *StorageError, not ErrLost (R9)", err)
+		}
+		if _, err := s.Renew(ctxBG, g); err != nil {
+			t.Fatalf("retried renew: %v", err)
+		}
+	})
+
+	t.Run("release", func(t *testing.T) {
+		g := mustAcquire(t, s, "d")
+		hit := p.DropReply(update)
+		err := s.Release(ctxBG, g)
+		requireHit(t, hit)
+		if err != nil {
+			t.Fatalf("release with its reply dropped: %v; want nil (R9)", err)
+		}
+		if rec, _, err := d.Get(ctxBG, "d"); err != nil || !rec.Released || rec.Epoch != g.Epoch {
+			t.Fatalf("record after release: %+v, %v; want released, epoch %d", rec, err, g.Epoch)
+		}
+		if g2, err := other.Acquire(ctxBG, "d"); err != nil || g2.Epoch != g.Epoch+1 || g2.PreviousUnclean {
+			t.Fatalf("acquire after release: %+v, %v; want clean epoch %d", g2, err, g.Epoch+1)
+		}
+	})
+
+	t.Run("release cut before the server", func(t *testing.T) {
+		g := mustAcquire(t, s, "e")
+		hit := p.Cut(update)
+		err := s.Release(ctxBG, g)
+		requireHit(t, hit)
+		if !errors.Is(err, ErrStorage) {
+			t.Fatalf("release whose write never arrived: %v; want ErrStorage (R7, R9)", err)
+		}
+		if rec, _, err := d.Get(ctxBG, "e"); err != nil || rec.Released {
+			t.Fatalf("record after the cut release: %+v, %v; want still held", rec, err)
+		}
+		if err := s.Release(ctxBG, g); err != nil { // the store kept the grant (R7)
+			t.Fatalf("retried release: %v", err)
+		}
+	})
+
+	t.Run("batch", func(t *testing.T) {
+		bd := d.(*postgresDriver)
+		ws := []Write{
+			{Rec: Record{Key: "m1", Owner: "me", Epoch: 1, ExpiresAt: t0}, Pre: Precondition{Absent: true}},
+			{Rec: Record{Key: "a", Owner: "me", Epoch: 9, ExpiresAt: t0}, Pre: Precondition{Absent: true}},
+		}
+		hit := p.DropReply("WITH w AS")
+		_, err := bd.PutMany(ctxBG, ws)
+		requireHit(t, hit)
+		if err == nil {
+			t.Fatal("PutMany with its reply dropped returned results")
+		}
+		got, err := bd.GetMany(ctxBG, []string{"m1", "a"})
+		if err != nil || got[0].Err != nil || got[0].Rec.Owner != "me" || got[1].Rec.Epoch != 1 {
+			t.Fatalf("the re-read after the lost batch: %+v, %v; want m1 written and a unchanged", got, err)
+		}
+	})
+}

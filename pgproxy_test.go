@@ -282,9 +282,9 @@ func (c *pgProxyConn) relayReplies() {
 			f := c.pending
 			c.mu.Unlock()
 			if f != nil {
+				close(f.hit) // before the client can see the cut
 				c.client.Close()
 				c.server.Close()
-				close(f.hit)
 				return
 			}
 		}

@@ -197,10 +197,10 @@ func newPostgresDriver(ctx context.Context, db *sql.DB, opts []PostgresOption) (
 		}
 		return checkPostgresDurability(ctx, pc.Conn())
 	})
-	if err == nil {
-		err = setupPostgresTable(ctx, conn, cfg.table)
-	}
 	if err != nil {
+		return nil, fmt.Errorf("lease: postgres: %w", err)
+	}
+	if err := setupPostgresTable(ctx, conn, cfg.table); err != nil {
 		return nil, fmt.Errorf("lease: postgres table %q: %w", cfg.table, err)
 	}
 	return d, nil
@@ -397,7 +397,7 @@ func (d *postgresDriver) Get(ctx context.Context, key string) (Record, uint64, e
 	case errors.Is(err, sql.ErrNoRows):
 		return Record{}, 0, ErrNotFound
 	case err != nil:
-		return Record{}, 0, d.fail("get", key, err)
+		return Record{}, 0, d.fail("get", err)
 	}
 	return parsePostgresRow(key, cols)
 }
@@ -455,7 +455,7 @@ func (d *postgresDriver) Put(ctx context.Context, rec Record, pre Precondition) 
 		return 0, err
 	}
 	if err := checkPostgresWrite(rec, pre); err != nil {
-		return 0, d.fail("put", rec.Key, err)
+		return 0, d.fail("put", err)
 	}
 	var (
 		res  sql.Result
@@ -472,11 +472,11 @@ func (d *postgresDriver) Put(ctx context.Context, rec Record, pre Precondition) 
 		res, err = d.db.ExecContext(ctx, d.update, rec.Key, int64(pre.Version), rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released)
 	}
 	if err != nil {
-		return 0, d.fail("put", rec.Key, err)
+		return 0, d.fail("put", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, d.fail("put", rec.Key, err)
+		return 0, d.fail("put", err)
 	}
 	if n == 0 {
 		return 0, ErrConflict
@@ -559,7 +559,7 @@ func (d *postgresDriver) putChunk(ctx context.Context, ws []Write, results []Put
 	)
 	for i, w := range ws {
 		if err := checkPostgresWrite(w.Rec, w.Pre); err != nil {
-			results[i].Err = d.fail("put", w.Rec.Key, err)
+			results[i].Err = d.fail("put", err)
 			continue
 		}
 		v := int64(0) // 0: insert
@@ -581,23 +581,24 @@ func (d *postgresDriver) putChunk(ctx context.Context, ws []Write, results []Put
 	if len(idx) == 0 {
 		return nil
 	}
+	batchOp := fmt.Sprintf("put of %d writes", len(idx))
 	rows, err := d.db.QueryContext(ctx, d.putMany, idx, keys, versions, owners, epochs, expiries, released)
 	if err != nil {
-		return d.fail("put", keys[0]+"…", err)
+		return d.fail(batchOp, err)
 	}
 	defer rows.Close()
 	landed := make([]bool, n)
 	for rows.Next() {
 		var i int32
 		if err := rows.Scan(&i); err != nil {
-			return d.fail("put", keys[0]+"…", err)
+			return d.fail(batchOp, err)
 		}
 		if i >= 0 && int(i) < n {
 			landed[i] = true
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return d.fail("put", keys[0]+"…", err)
+		return d.fail(batchOp, err)
 	}
 	for j, i := range idx {
 		switch {
@@ -627,14 +628,14 @@ func (d *postgresDriver) GetMany(ctx context.Context, keys []string) ([]GetResul
 	}
 	rows, err := d.db.QueryContext(ctx, d.getMany, keys)
 	if err != nil {
-		return nil, d.fail("get", fmt.Sprintf("%d keys", len(keys)), err)
+		return nil, d.fail(fmt.Sprintf("get of %d keys", len(keys)), err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var key string
 		var cols [5]any
 		if err := rows.Scan(&key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]); err != nil {
-			return nil, d.fail("get", fmt.Sprintf("%d keys", len(keys)), err)
+			return nil, d.fail(fmt.Sprintf("get of %d keys", len(keys)), err)
 		}
 		rec, version, err := parsePostgresRow(key, cols)
 		for _, i := range at[key] {
@@ -642,7 +643,7 @@ func (d *postgresDriver) GetMany(ctx context.Context, keys []string) ([]GetResul
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, d.fail("get", fmt.Sprintf("%d keys", len(keys)), err)
+		return nil, d.fail(fmt.Sprintf("get of %d keys", len(keys)), err)
 	}
 	return results, nil
 }
@@ -667,7 +668,7 @@ func (d *postgresDriver) List(ctx context.Context, prefix, after string, limit i
 		rows, err = d.db.QueryContext(ctx, d.listTo, after, prefix, limit, end)
 	}
 	if err != nil {
-		return nil, d.fail("list", prefix, err)
+		return nil, d.fail(fmt.Sprintf("list of %q", prefix), err)
 	}
 	defer rows.Close()
 	var recs []Record
@@ -675,7 +676,7 @@ func (d *postgresDriver) List(ctx context.Context, prefix, after string, limit i
 		var key string
 		var cols [5]any
 		if err := rows.Scan(&key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]); err != nil {
-			return nil, d.fail("list", prefix, err)
+			return nil, d.fail(fmt.Sprintf("list of %q", prefix), err)
 		}
 		rec, _, err := parsePostgresRow(key, cols)
 		if err != nil {
@@ -684,7 +685,7 @@ func (d *postgresDriver) List(ctx context.Context, prefix, after string, limit i
 		recs = append(recs, rec)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, d.fail("list", prefix, err)
+		return nil, d.fail(fmt.Sprintf("list of %q", prefix), err)
 	}
 	return recs, nil
 }
@@ -710,12 +711,13 @@ func (d *postgresDriver) usable(ctx context.Context) error {
 }
 
 // fail wraps a database error; after Close it is ErrClosed. A write error
-// leaves the outcome unknown, and the store re-reads (R9).
-func (d *postgresDriver) fail(op, key string, err error) error {
+// leaves the outcome unknown, and the store re-reads (R9). The store's
+// error names the key, so this one does not.
+func (d *postgresDriver) fail(op string, err error) error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
-	return fmt.Errorf("postgres %s %s %q: %w", d.table, op, key, err)
+	return fmt.Errorf("postgres table %s: %s: %w", d.table, op, err)
 }
 
 // Close makes later calls fail with ErrClosed, and closes the pool if

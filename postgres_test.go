@@ -729,3 +729,70 @@ func TestPostgresAmbiguousWrites_R9(t *testing.T) {
 		}
 	})
 }
+
+// TestSplitPostgresURL: Open takes the table from ?table= and passes the
+// rest of the URL on unchanged in meaning: multi-host lists, escaped
+// passwords, Unix socket directories.
+func TestSplitPostgresURL(t *testing.T) {
+	cases := []struct{ in, conn, table string }{
+		{"postgres://h/db", "postgres://h/db", "leases"},
+		{"postgres://u:p%40ss@a:5432,b:5433/db?target_session_attrs=read-write&table=locks&sslmode=disable",
+			"postgres://u:p%40ss@a:5432,b:5433/db?sslmode=disable&target_session_attrs=read-write", "locks"},
+		{"postgresql:///db?host=/run/postgresql&table=t", "postgresql:///db?host=%2Frun%2Fpostgresql", "t"},
+	}
+	for _, c := range cases {
+		conn, table, err := splitPostgresURL(c.in)
+		if err != nil || conn != c.conn || table != c.table {
+			t.Errorf("splitPostgresURL(%q) = %q, %q, %v; want %q, %q", c.in, conn, table, err, c.conn, c.table)
+		}
+		if _, err := pgx.ParseConfig(conn); err != nil {
+			t.Errorf("pgx cannot parse %q: %v", conn, err)
+		}
+	}
+	if _, _, err := splitPostgresURL("postgres://u:secret@h/db?table=a&table=b"); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("two tables: %v; want an error without the password", err)
+	}
+}
+
+// TestPostgresHoldersAndReleaseAll_R13_R14: Holders lists the live
+// holders by prefix in byte order through the driver's index range, and
+// ReleaseAll frees every key a store holds for a clean takeover.
+func TestPostgresHoldersAndReleaseAll_R13_R14(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	clock := newFakeClock()
+	a, b := newDocStore(t, d, clock, "alice"), newDocStore(t, d, clock, "bob")
+	for _, k := range []string{"p/b", "p/A", "p/a-1", "q/x"} {
+		mustAcquire(t, a, k)
+	}
+	wantErr(t, "Release", b.Release(ctxBG, mustAcquire(t, b, "p/released")), nil)
+	clock.Advance(testTTL / 2)
+	mustAcquire(t, b, "p/later")
+	clock.Advance(testTTL / 2) // alice's grants expire now; bob's p/later is live
+	var got []string
+	for rec, err := range b.Holders(ctxBG, "p/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rec.Key+"="+rec.Owner)
+	}
+	if want := []string{"p/later=bob"}; !slices.Equal(got, want) {
+		t.Fatalf("Holders(p/) after alice's expiry = %q; want %q", got, want)
+	}
+	clock.Set(newFakeClock().Now())
+	got = got[:0]
+	for rec, err := range b.Holders(ctxBG, "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rec.Key)
+	}
+	if want := []string{"p/A", "p/a-1", "p/b", "p/later", "q/x"}; !slices.Equal(got, want) {
+		t.Fatalf("Holders(\"\") = %q; want %q, in byte order", got, want)
+	}
+	wantErr(t, "ReleaseAll", a.ReleaseAll(ctxBG), nil)
+	for _, k := range []string{"p/b", "p/A", "p/a-1", "q/x"} {
+		if g := mustAcquire(t, b, k); g.Epoch != 2 || g.PreviousUnclean {
+			t.Fatalf("acquire of %s after ReleaseAll = %+v; want a clean epoch 2", k, g)
+		}
+	}
+}

@@ -506,7 +506,8 @@ func TestPostgresListByteOrder_R14(t *testing.T) {
 		}
 		t.Logf("no ICU database on %s (%v): checking in the default database", pgEnvURL, err)
 	} else {
-		t.Cleanup(func() { db.Exec(`DROP DATABASE ` + name + ` WITH (FORCE)`) })
+		shared := db
+		t.Cleanup(func() { shared.Exec(`DROP DATABASE ` + name + ` WITH (FORCE)`) })
 		u, _ := url.Parse(testPostgresURL(t))
 		u.Path = "/" + name
 		cfg, err := pgx.ParseConfig(u.String())

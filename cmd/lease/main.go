@@ -48,7 +48,7 @@ const usage = `usage:
   lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] KEY -- COMMAND [ARGS...]
   lease holder [--store URL] [--json] KEY
 
-Store URLs: sqlite:PATH, mongodb://HOST/DB?collection=C, file:DIR, memory:
+Store URLs: sqlite:PATH, mongodb://HOST/DB?collection=C, postgres://HOST/DB?table=T, file:DIR, memory:
 (default: $LEASE_STORE, else sqlite:lease.db)
 
 lease run holds KEY while COMMAND runs and passes it LEASE_KEY, LEASE_EPOCH,

@@ -116,8 +116,8 @@ type postgresDriver struct {
 	insert  string
 	update  string
 	putMany string
-	list    string // keys after $1 from prefix $2 on
-	listTo  string // and before $3
+	list    string // keys after $1, from prefix $2 on, at most $3
+	listTo  string // the same, before $4 (the end of the prefix range)
 }
 
 var (

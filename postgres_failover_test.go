@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,7 +122,7 @@ func longOutage(t *testing.T, srv *pgServer, d Driver) {
 }
 
 // TestPostgresFailover runs stores against a primary and a streaming
-// standby, both started by the test, through a multi-host URL with
+// standby, both started by the test, opened with Open from a multi-host URL with
 // target_session_attrs=read-write. While the stores acquire and release in
 // a loop, the primary is SIGKILLed and the standby promoted.
 //
@@ -159,7 +160,7 @@ func failover(t *testing.T, synchronous bool) {
 		}
 	}
 
-	url := fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
+	url := fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2&table=leases",
 		primary.Addr(), standby.Addr())
 	w := startFailoverWorkers(t, url, 4)
 	w.waitGrants(t, 30)
@@ -170,9 +171,13 @@ func failover(t *testing.T, synchronous bool) {
 		w.waitGrants(t, mark+30)
 	}
 	primary.Kill()
+	// Pause the stores before the promotion, so that the records read from
+	// the new primary are what it got from the old one: a store cannot
+	// write to the standby until it is promoted, and a release being
+	// retried gives up while paused (its grant expires below).
+	w.pausing.Store(true)
+	w.pause.Lock()
 	promote(t, standby)
-
-	w.pause.Lock() // no store runs while the new primary's records are read
 	records := readFailoverRecords(t, standby)
 	grants := w.snapshot()
 	var lost []string
@@ -183,6 +188,7 @@ func failover(t *testing.T, synchronous bool) {
 	}
 	w.clock.Advance(2 * time.Hour) // every grant left held by the old primary's stores expires
 	afterFailover := len(grants)
+	w.pausing.Store(false)
 	w.pause.Unlock()
 	t.Logf("%d grants before the failover (%d after grant %d); on the new primary: %v", len(grants), len(grants)-mark, mark, records)
 
@@ -314,10 +320,11 @@ func readFailoverRecords(t *testing.T, s *pgServer) map[string]Record {
 // failoverWorkers are stores that acquire and release the failover keys
 // in a loop and log every grant they are given.
 type failoverWorkers struct {
-	clock *fakeClock
-	pause sync.RWMutex // a worker holds it for reading around each acquire and release
-	done  chan struct{}
-	wg    sync.WaitGroup
+	clock   *fakeClock
+	pause   sync.RWMutex // a worker holds it for reading around each acquire and release
+	pausing atomic.Bool  // set while the test waits for pause: retried releases give up
+	done    chan struct{}
+	wg      sync.WaitGroup
 
 	mu     sync.Mutex
 	grants []Grant // in the order Acquire returned them
@@ -327,15 +334,11 @@ type failoverWorkers struct {
 func startFailoverWorkers(t *testing.T, url string, n int) *failoverWorkers {
 	w := &failoverWorkers{clock: newFakeClock(), done: make(chan struct{}), grew: make(chan struct{}, 1)}
 	for i := range n {
-		d, err := OpenPostgres(ctxBG, url)
+		s, err := Open(ctxBG, url, WithOwner(fmt.Sprintf("w%d", i)), WithTTL(time.Hour), WithClock(w.clock.Now))
 		if err != nil {
-			t.Fatalf("OpenPostgres(%s): %v", url, err)
+			t.Fatalf("Open(%s): %v", url, err)
 		}
-		t.Cleanup(func() { d.Close() })
-		s, err := NewDocumentStore(d, WithOwner(fmt.Sprintf("w%d", i)), WithTTL(time.Hour), WithClock(w.clock.Now))
-		if err != nil {
-			t.Fatal(err)
-		}
+		t.Cleanup(func() { s.Close() })
 		w.wg.Go(func() { w.run(s, i) })
 	}
 	t.Cleanup(w.stop)
@@ -376,7 +379,7 @@ func (w *failoverWorkers) cycle(s Store, key string) {
 		ctx, cancel := context.WithTimeout(ctxBG, 10*time.Second)
 		err := s.Release(ctx, g)
 		cancel()
-		if err == nil || errors.Is(err, ErrLost) {
+		if err == nil || errors.Is(err, ErrLost) || w.pausing.Load() {
 			return
 		}
 		select {

@@ -82,6 +82,9 @@ var (
 // result, and removes the template.
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if pgPool != nil {
+		pgPool.Close()
+	}
 	pgServersMu.Lock()
 	servers := slices.Clone(pgServers)
 	pgServersMu.Unlock()

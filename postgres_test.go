@@ -28,6 +28,23 @@ func init() {
 	testDrivers = append(testDrivers, testDriver{name: "postgres", open: func(t *testing.T) Driver {
 		return newTestPostgresDriver(t)
 	}})
+	// The same driver on a pool that sends every statement in the simple
+	// query protocol, as PgBouncer in transaction mode needs.
+	testDrivers = append(testDrivers, testDriver{name: "postgres-simple-protocol", open: func(t *testing.T) Driver {
+		cfg, err := pgx.ParseConfig(testPostgresURL(t))
+		if err != nil {
+			t.Fatalf("%s: %v", pgEnvURL, err)
+		}
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		db := stdlib.OpenDB(*cfg)
+		t.Cleanup(func() { db.Close() })
+		d, err := NewPostgresDriver(ctxBG, db, PostgresTable(testPostgresTable(t)))
+		if err != nil {
+			t.Fatalf("NewPostgresDriver: %v", err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}})
 	modelBackends = append(modelBackends, modelBackend{name: "postgres", expires: true, newBackend: newPostgresModelBackend})
 }
 

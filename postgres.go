@@ -73,6 +73,11 @@ func (c postgresColumn) String() string {
 // so that one statement does not hold thousands of row locks for long.
 const postgresMaxBatch = 1000
 
+// postgresIdleConns is how many idle connections OpenPostgres's pool
+// keeps (database/sql keeps 2), so that a burst of calls on many keys
+// does not close and reopen connections.
+const postgresIdleConns = 10
+
 // PostgresOption configures OpenPostgres and NewPostgresDriver.
 type PostgresOption func(*postgresConfig)
 
@@ -133,6 +138,9 @@ var (
 // checked as NewPostgresDriver checks its first one, so that a failover to
 // a server that would not keep grants durable is refused.
 //
+// The pool keeps up to 10 idle connections; use NewPostgresDriver with a
+// pool of your own to size it otherwise.
+//
 // A multi-host URL with target_session_attrs=read-write
 // ("postgres://a:5432,b:5432/db?target_session_attrs=read-write") follows
 // a primary across a failover.
@@ -147,6 +155,7 @@ func OpenPostgres(ctx context.Context, url string, opts ...PostgresOption) (Driv
 	db := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
 		return checkPostgresDurability(ctx, c)
 	}))
+	db.SetMaxIdleConns(postgresIdleConns)
 	d, err := newPostgresDriver(ctx, db, opts)
 	if err != nil {
 		db.Close()
@@ -284,8 +293,9 @@ func postgresDurable(syncCommit, standbys, fsync string, inRecovery bool) error 
 
 // setupPostgresTable creates the table when it is missing and checks its
 // shape. Several processes may do this at once on an empty database:
-// CREATE TABLE IF NOT EXISTS can then fail on the catalog's unique index,
-// and a second look finds the table the winner made.
+// CREATE TABLE IF NOT EXISTS can then fail on the catalog's unique index
+// or on the table's row type, and a second look finds the table the
+// winner made.
 func setupPostgresTable(ctx context.Context, conn *sql.Conn, table string) error {
 	for attempt := 0; ; attempt++ {
 		cols, exists, err := postgresTableColumns(ctx, conn, table)
@@ -296,7 +306,8 @@ func setupPostgresTable(ctx context.Context, conn *sql.Conn, table string) error
 			return checkPostgresColumns(cols)
 		}
 		_, err = conn.ExecContext(ctx, fmt.Sprintf(postgresCreateTable, pgx.Identifier{table}.Sanitize()))
-		if err != nil && attempt < 3 && isPostgresCode(err, "23505", "42P07") {
+		// unique_violation, duplicate_table, duplicate_object (its row type)
+		if err != nil && attempt < 3 && isPostgresCode(err, "23505", "42P07", "42710") {
 			continue // another process created it at the same instant
 		}
 		if err != nil {

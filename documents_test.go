@@ -407,7 +407,7 @@ func TestDriverContract(t *testing.T) {
 
 // TestDriverCapabilities checks R11.
 func TestDriverCapabilities(t *testing.T) {
-	for name, want := range map[string]bool{"mongodb": true, "sqlite": true, "memory": false, "file": false, "": false, "postgres": false} {
+	for name, want := range map[string]bool{"mongodb": true, "sqlite": true, "postgres": true, "memory": false, "file": false, "": false} {
 		if got := DriverHasCrossProcessCAS(name); got != want {
 			t.Errorf("DriverHasCrossProcessCAS(%q) = %v; want %v", name, got, want)
 		}
@@ -426,7 +426,7 @@ func TestOpenMemory(t *testing.T) {
 	g := mustAcquire(t, s, "k")
 	wantErr(t, "Release", s.Release(ctxBG, g), nil)
 	wantErr(t, "Close", s.Close(), nil)
-	for _, url := range []string{"", "nonsense", "postgres://x", "redis:"} {
+	for _, url := range []string{"", "nonsense", "postgres://%zz", "redis:"} {
 		if s, err := Open(ctxBG, url); err == nil {
 			s.Close()
 			t.Errorf("Open(%q) succeeded; want an error", url)

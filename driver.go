@@ -31,7 +31,7 @@ type Precondition struct {
 //     Put returns only once the write is durable (R2).
 //   - Nothing ever deletes a record (R3).
 type Driver interface {
-	// Name is "memory", "sqlite" or "mongodb".
+	// Name is "memory", "sqlite", "mongodb" or "postgres".
 	Name() string
 	Get(ctx context.Context, key string) (rec Record, version uint64, err error)
 	Put(ctx context.Context, rec Record, pre Precondition) (version uint64, err error)
@@ -40,23 +40,26 @@ type Driver interface {
 }
 
 // DriverHasCrossProcessCAS reports whether the named document driver can
-// coordinate separate processes (R11): true for "mongodb" and "sqlite",
-// false for "memory", "file" and any other name.
+// coordinate separate processes (R11): true for "mongodb", "postgres" and
+// "sqlite", false for "memory", "file" and any other name.
 func DriverHasCrossProcessCAS(driver string) bool {
 	switch driver {
-	case "mongodb", "sqlite":
+	case "mongodb", "postgres", "sqlite":
 		return true
 	}
 	return false
 }
 
 // expiryResolution is how finely the named driver's records keep
-// ExpiresAt: SQLite and BSON dates keep milliseconds; the memory driver
-// (and any driver it does not know) keeps a time.Time as it is.
+// ExpiresAt: SQLite and BSON dates keep milliseconds, PostgreSQL's
+// timestamptz microseconds; the memory driver (and any driver it does not
+// know) keeps a time.Time as it is.
 func expiryResolution(d Driver) time.Duration {
 	switch d.Name() {
 	case "sqlite", "mongodb":
 		return time.Millisecond
+	case "postgres":
+		return time.Microsecond
 	}
 	return 0
 }
@@ -65,6 +68,7 @@ func expiryResolution(d Driver) time.Duration {
 //
 //	sqlite:/path/leases.db                     SQLite document store (one host, many processes)
 //	mongodb://host:port/db?collection=leases   MongoDB document store (many hosts)
+//	postgres://host:port/db?table=leases       PostgreSQL document store (many hosts); also postgresql://
 //	file:/path/dir                             local flock store (one host, no backend)
 //	memory:                                    in-memory document store (one process only)
 //
@@ -85,6 +89,8 @@ func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 		return openSQLiteStore(u.rest, opts)
 	case "mongodb", "mongodb+srv":
 		return openMongoStore(ctx, u.mongo, opts)
+	case "postgres", "postgresql":
+		return openPostgresStore(ctx, u.rest, opts)
 	case "file":
 		return openLocalStore(u.rest, opts)
 	}
@@ -103,7 +109,7 @@ type storeURL struct {
 func parseStoreURL(url string) (storeURL, error) {
 	scheme, rest, ok := strings.Cut(url, ":")
 	if !ok {
-		return storeURL{}, fmt.Errorf("lease: store URL %q has no scheme; want sqlite:, mongodb://, file: or memory:", url)
+		return storeURL{}, fmt.Errorf("lease: store URL %q has no scheme; want sqlite:, mongodb://, postgres://, file: or memory:", url)
 	}
 	u := storeURL{scheme: scheme, rest: rest}
 	switch scheme {
@@ -113,8 +119,12 @@ func parseStoreURL(url string) (storeURL, error) {
 		var err error
 		u.mongo, err = splitMongoURL(url)
 		return u, err
+	case "postgres", "postgresql":
+		_, _, err := splitPostgresURL(url)
+		u.rest = url
+		return u, err
 	}
-	return storeURL{}, fmt.Errorf("lease: unknown store scheme %q in %q; want sqlite:, mongodb://, file: or memory:",
+	return storeURL{}, fmt.Errorf("lease: unknown store scheme %q in %q; want sqlite:, mongodb://, postgres://, file: or memory:",
 		scheme, redactMongoURL(url)) // any scheme://user:password@ form
 }
 

@@ -48,7 +48,7 @@ const usage = `usage:
   lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] KEY -- COMMAND [ARGS...]
   lease holder [--store URL] [--json] KEY
 
-Store URLs: sqlite:PATH, mongodb://HOST/DB?collection=C, file:DIR, memory:
+Store URLs: sqlite:PATH, mongodb://HOST/DB?collection=C, postgres://HOST/DB?table=T, file:DIR, memory:
 (default: $LEASE_STORE, else sqlite:lease.db)
 
 lease run holds KEY while COMMAND runs and passes it LEASE_KEY, LEASE_EPOCH,
@@ -109,11 +109,11 @@ func storeURL(flagValue string) string {
 func checkScheme(url string) error {
 	scheme, _, ok := strings.Cut(url, ":")
 	if !ok {
-		return fmt.Errorf("store URL %q has no scheme; want sqlite:, mongodb://, file: or memory:", url)
+		return fmt.Errorf("store URL %q has no scheme; want sqlite:, mongodb://, postgres://, file: or memory:", url)
 	}
 	switch scheme {
-	case "sqlite", "mongodb", "mongodb+srv", "file", "memory":
+	case "sqlite", "mongodb", "mongodb+srv", "postgres", "postgresql", "file", "memory":
 		return nil
 	}
-	return fmt.Errorf("unknown store scheme %q in %q; want sqlite:, mongodb://, file: or memory:", scheme, url)
+	return fmt.Errorf("unknown store scheme %q in %q; want sqlite:, mongodb://, postgres://, file: or memory:", scheme, url)
 }

@@ -1,0 +1,816 @@
+//go:build unix
+
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/stdlib"
+	"pgregory.net/rapid"
+)
+
+// See pgserver_test.go for the server the tests use.
+
+func init() {
+	testDrivers = append(testDrivers, testDriver{name: "postgres", open: func(t *testing.T) Driver {
+		return newTestPostgresDriver(t)
+	}})
+	// The same driver on a pool that sends every statement in the simple
+	// query protocol, as PgBouncer in transaction mode needs.
+	testDrivers = append(testDrivers, testDriver{name: "postgres-simple-protocol", open: func(t *testing.T) Driver {
+		cfg, err := pgx.ParseConfig(testPostgresURL(t))
+		if err != nil {
+			t.Fatalf("%s: %v", pgEnvURL, err)
+		}
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		db := stdlib.OpenDB(*cfg)
+		t.Cleanup(func() { db.Close() })
+		d, err := NewPostgresDriver(ctxBG, db, PostgresTable(testPostgresTable(t)))
+		if err != nil {
+			t.Fatalf("NewPostgresDriver: %v", err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}})
+	modelBackends = append(modelBackends, modelBackend{name: "postgres", expires: true, newBackend: newPostgresModelBackend})
+}
+
+// newPostgresModelBackend gives each model run a fresh table, shared by
+// all the run's stores through one driver.
+func newPostgresModelBackend(t *rapid.T, clock *fakeClock) func(owner string) Store {
+	d, err := NewPostgresDriver(ctxBG, testPostgresDB(t), PostgresTable(testPostgresTable(t)))
+	if err != nil {
+		t.Fatalf("NewPostgresDriver: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return func(owner string) Store {
+		s, err := NewDocumentStore(d, WithOwner(owner), WithClock(clock.Now), WithTTL(modelTTL))
+		if err != nil {
+			t.Fatalf("NewDocumentStore: %v", err)
+		}
+		return s
+	}
+}
+
+// postgresStoreURL is an Open URL for table on the shared server.
+func postgresStoreURL(t testing.TB, table string) string {
+	u, err := url.Parse(testPostgresURL(t))
+	if err != nil {
+		t.Fatalf("%s: %v", pgEnvURL, err)
+	}
+	q := u.Query()
+	q.Set("table", table)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// pgExec runs statements on the shared pool, failing the test on error.
+func pgExec(t testing.TB, stmts ...string) {
+	t.Helper()
+	for _, s := range stmts {
+		if _, err := testPostgresDB(t).Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+// pgRow returns a row of table as text, to see that it did not change.
+func pgRow(t testing.TB, table, key string) string {
+	t.Helper()
+	var row string
+	err := testPostgresDB(t).QueryRow(`SELECT row(l.*)::text FROM `+table+` AS l WHERE key = $1`, key).Scan(&row)
+	if err != nil {
+		t.Fatalf("reading %s %q: %v", table, key, err)
+	}
+	return row
+}
+
+// TestPostgresPut checks the driver's own contract: Absent is an insert,
+// a version is a conditional update, a stale one is ErrConflict, nothing
+// is written on conflict; the name is "postgres", with cross-process CAS (R11).
+func TestPostgresPut(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	if _, _, err := d.Get(ctxBG, "k"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of nothing: %v; want ErrNotFound", err)
+	}
+	r1 := Record{Key: "k", Owner: "a", Epoch: 1, ExpiresAt: t0}
+	v1, err := d.Put(ctxBG, r1, Precondition{Absent: true})
+	if err != nil || v1 != 1 {
+		t.Fatalf("insert: %d, %v", v1, err)
+	}
+	r2 := Record{Key: "k", Owner: "b", Epoch: 2, ExpiresAt: t0.Add(time.Second + time.Microsecond)}
+	if _, err := d.Put(ctxBG, r2, Precondition{Absent: true}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("second insert: %v; want ErrConflict", err)
+	}
+	v2, err := d.Put(ctxBG, r2, Precondition{Version: v1})
+	if err != nil || v2 != v1+1 {
+		t.Fatalf("update: %d, %v", v2, err)
+	}
+	for _, v := range []uint64{v1, 0, math.MaxInt64, math.MaxUint64} {
+		if _, err := d.Put(ctxBG, r1, Precondition{Version: v}); err == nil || errors.Is(err, ErrConflict) != (v != math.MaxInt64) {
+			t.Fatalf("update at version %d: %v; want ErrConflict (or a refusal at MaxInt64)", v, err)
+		}
+	}
+	got, v, err := d.Get(ctxBG, "k")
+	if err != nil || v != v2 || got != (Record{Key: "k", Owner: "b", Epoch: 2, ExpiresAt: r2.ExpiresAt.UTC()}) {
+		t.Fatalf("Get: %+v %d %v; want %+v %d", got, v, err, r2, v2)
+	}
+	if d.Name() != "postgres" || !DriverHasCrossProcessCAS(d.Name()) {
+		t.Fatalf("Name %q: want postgres, with cross-process CAS (R11)", d.Name())
+	}
+}
+
+// TestPostgresReadableTable: psql shows the table as it is: typed columns,
+// the epoch as a number over the whole uint64 range, the expiry as a
+// timestamptz to the microsecond (R2).
+func TestPostgresReadableTable(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	exp := time.Date(2026, 3, 1, 12, 0, 30, 123456000, time.UTC)
+	epochs := []uint64{1, math.MaxInt64, math.MaxInt64 + 1, math.MaxUint64 - 1, math.MaxUint64}
+	for i, epoch := range epochs {
+		rec := Record{Key: fmt.Sprintf("e%d", i), Owner: "o", Epoch: epoch, ExpiresAt: exp, Released: i%2 == 0}
+		if _, err := d.Put(ctxBG, rec, Precondition{Absent: true}); err != nil {
+			t.Fatal(err)
+		}
+		got, v, err := d.Get(ctxBG, rec.Key)
+		if err != nil || got != rec || v != 1 {
+			t.Fatalf("epoch %d: read back %+v version %d, %v; want %+v", epoch, got, v, err, rec)
+		}
+		var text, types, expires string
+		err = testPostgresDB(t).QueryRow(`SELECT epoch::text, concat_ws(' ', pg_typeof(key), pg_typeof(owner), pg_typeof(epoch),
+			pg_typeof(expires), pg_typeof(released), pg_typeof(version)), to_char(expires AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')
+			FROM `+d.table+` WHERE key = $1`, rec.Key).Scan(&text, &types, &expires)
+		if err != nil || text != fmt.Sprint(epoch) || expires != "2026-03-01 12:00:30.123456" ||
+			types != "text text numeric timestamp with time zone boolean bigint" {
+			t.Fatalf("epoch %d as SQL sees it: %s (%s) expires %s, %v", epoch, text, types, expires, err)
+		}
+	}
+	s := newDocStore(t, d, newFakeClock(), "me")
+	if _, err := s.Acquire(ctxBG, "e4"); !errors.Is(err, ErrEpochExhausted) {
+		t.Fatalf("acquire at MaxUint64: %v; want ErrEpochExhausted", err)
+	}
+}
+
+// TestPostgresCorruptRows_R10 plants rows no store writes. The table's
+// own constraints refuse them in the first place; with the constraints
+// dropped (a table edited by hand), every operation refuses them with
+// ErrCorrupt and leaves them as they were, and Holders reports them.
+func TestPostgresCorruptRows_R10(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	tbl := d.table
+	plants := []struct{ key, values string }{
+		{"null-owner", `NULL, 3, now(), true, 2`},
+		{"negative-version", `'x', 3, now(), true, -1`},
+		{"infinite-expiry", `'x', 3, 'infinity', false, 2`},
+		{"epoch-zero", `'x', 0, now(), true, 2`},
+		{"epoch-above-uint64", `'x', 18446744073709551616, now(), true, 2`},
+		{"null-released", `'x', 3, now(), NULL, 2`},
+		{"empty-owner", `'x', 3, now(), true, 2`},
+		{"null-epoch", `'x', NULL, now(), true, 2`},
+	}
+	plants[6].values = `'', 3, now(), true, 2`
+	insert := func(key, values string) error {
+		_, err := testPostgresDB(t).Exec(fmt.Sprintf(`INSERT INTO %s (key, owner, epoch, expires, released, version) VALUES ($1, %s)`, tbl, values), key)
+		return err
+	}
+	for _, p := range plants {
+		if err := insert(p.key, p.values); !isPostgresCode(err, "23502", "23514") {
+			t.Errorf("planting %s in a table the driver made: %v; want a NOT NULL or CHECK violation", p.key, err)
+		}
+	}
+	// A hand-edited table without the constraints: the driver still refuses.
+	pgExec(t, fmt.Sprintf(`DO $$ DECLARE c text; BEGIN
+		FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = '%[1]s'::regclass AND contype = 'c' LOOP
+			EXECUTE format('ALTER TABLE %[1]s DROP CONSTRAINT %%I', c);
+		END LOOP; END $$`, tbl),
+		`ALTER TABLE `+tbl+` ALTER owner DROP NOT NULL, ALTER epoch DROP NOT NULL, ALTER expires DROP NOT NULL,
+			ALTER released DROP NOT NULL, ALTER version DROP NOT NULL`)
+	s := newDocStore(t, d, newFakeClock(), "me")
+	for _, p := range plants {
+		t.Run(p.key, func(t *testing.T) {
+			if err := insert(p.key, p.values); err != nil {
+				t.Fatal(err)
+			}
+			before := pgRow(t, tbl, p.key)
+			_, err := s.Acquire(ctxBG, p.key)
+			if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrStorage) {
+				t.Errorf("Acquire: %v; want a *StorageError matching ErrCorrupt (R10)", err)
+			}
+			if _, err := s.Holder(ctxBG, p.key); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("Holder: %v; want ErrCorrupt (R10)", err)
+			}
+			if err := s.Release(ctxBG, Grant{Key: p.key, Owner: "x", Epoch: 3}); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("Release: %v; want ErrCorrupt (R10)", err)
+			}
+			// The guarded UPDATE leaves it even with the right version.
+			if _, err := d.Put(ctxBG, Record{Key: p.key, Owner: "me", Epoch: 4, ExpiresAt: t0}, Precondition{Version: 2}); !errors.Is(err, ErrConflict) {
+				t.Errorf("Put over it at its version: %v; want ErrConflict", err)
+			}
+			if after := pgRow(t, tbl, p.key); after != before {
+				t.Errorf("row changed: %s -> %s", before, after)
+			}
+			var errs []error
+			for _, err := range s.Holders(ctxBG, p.key) {
+				errs = append(errs, err)
+			}
+			if len(errs) != 1 || !errors.Is(errs[0], ErrCorrupt) {
+				t.Errorf("Holders(%q) = %v; want one ErrCorrupt", p.key, errs)
+			}
+		})
+	}
+}
+
+// TestPostgresTableChecks: a table of the wrong shape, a view, a key
+// compared in another collation and names that are not plain identifiers
+// are refused with a clear error, and left as they are.
+func TestPostgresTableChecks(t *testing.T) {
+	db := testPostgresDB(t)
+	wrong := testPostgresTable(t)
+	pgExec(t, `CREATE TABLE `+wrong+` (key text PRIMARY KEY, owner text, epoch bigint)`,
+		`INSERT INTO `+wrong+` VALUES ('k', 'o', 1)`)
+	_, err := NewPostgresDriver(ctxBG, db, PostgresTable(wrong))
+	if err == nil || !strings.Contains(err.Error(), "want (key text PRIMARY KEY, owner text, epoch numeric(20,0)") {
+		t.Fatalf("wrong shape: %v; want a refusal naming the columns", err)
+	}
+	if row := pgRow(t, wrong, "k"); row != "(k,o,1)" {
+		t.Fatalf("the refused table changed: %s", row)
+	}
+	collated := testPostgresTable(t)
+	pgExec(t, strings.Replace(fmt.Sprintf(postgresCreateTable, collated), `COLLATE "C" PRIMARY KEY`, `COLLATE "POSIX" PRIMARY KEY`, 1))
+	if _, err := NewPostgresDriver(ctxBG, db, PostgresTable(collated)); err == nil || !strings.Contains(err.Error(), `COLLATE "POSIX"`) {
+		t.Fatalf("key in another collation: %v; want a refusal naming it", err)
+	}
+	view := testPostgresTable(t)
+	pgExec(t, `CREATE VIEW `+view+` AS SELECT 1 AS key`)
+	t.Cleanup(func() { db.Exec(`DROP VIEW IF EXISTS ` + view) })
+	if _, err := NewPostgresDriver(ctxBG, db, PostgresTable(view)); err == nil || !strings.Contains(err.Error(), "not a table") {
+		t.Fatalf("a view: %v; want a refusal", err)
+	}
+	for _, bad := range []string{"", "Leases", "1x", "a-b", "a.b", `a"b`, strings.Repeat("x", 64), "lé"} {
+		if _, err := NewPostgresDriver(ctxBG, db, PostgresTable(bad)); err == nil || !strings.Contains(err.Error(), "plain identifier") {
+			t.Errorf("PostgresTable(%q): %v; want a refusal", bad, err)
+		}
+	}
+	if _, err := NewPostgresDriver(ctxBG, nil); err == nil {
+		t.Error("NewPostgresDriver(nil) accepted")
+	}
+	other, err := sql.Open("sqlite", ":memory:") // a real pool of another driver
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := NewPostgresDriver(ctxBG, other); err == nil || !strings.Contains(err.Error(), "pgx") {
+		t.Errorf("a pool of another driver: %v; want a refusal naming pgx", err)
+	}
+}
+
+// TestPostgresConcurrentCreate: 8 pools create the same missing table at
+// the same instant; every driver comes up, on one table.
+func TestPostgresConcurrentCreate(t *testing.T) {
+	table := testPostgresTable(t)
+	cfg, err := pgx.ParseConfig(testPostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	start := make(chan struct{})
+	for i := range errs {
+		db := stdlib.OpenDB(*cfg)
+		t.Cleanup(func() { db.Close() })
+		if err := db.Ping(); err != nil { // connect first, so that the creates race
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			<-start
+			var d Driver
+			if d, errs[i] = NewPostgresDriver(ctxBG, db, PostgresTable(table)); errs[i] == nil {
+				_, errs[i] = d.Put(ctxBG, Record{Key: fmt.Sprint(i), Owner: "o", Epoch: 1, ExpiresAt: t0}, Precondition{Absent: true})
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent creation: %v", err)
+	}
+	var n int
+	if err := testPostgresDB(t).QueryRow(`SELECT count(*) FROM ` + table).Scan(&n); err != nil || n != 8 {
+		t.Fatalf("rows: %d, %v; want 8", n, err)
+	}
+}
+
+// TestPostgresDurabilitySettings: the driver refuses sessions that could
+// return a grant before it is durable (R2), on a live connection and by
+// the rule itself.
+func TestPostgresDurabilitySettings(t *testing.T) {
+	u, _ := url.Parse(testPostgresURL(t))
+	q := u.Query()
+	q.Set("options", "-c synchronous_commit=off")
+	u.RawQuery = q.Encode()
+	if _, err := OpenPostgres(ctxBG, u.String(), PostgresTable(testPostgresTable(t))); err == nil || !strings.Contains(err.Error(), "synchronous_commit is off") {
+		t.Fatalf("OpenPostgres with synchronous_commit=off: %v; want a refusal", err)
+	}
+	cases := []struct {
+		commit, standbys, fsync string
+		recovery                bool
+		ok                      bool
+	}{
+		{"on", "", "on", false, true},
+		{"local", "", "on", false, true}, // no synchronous standby: the same as on
+		{"remote_write", "", "on", false, true},
+		{"on", "standby1", "on", false, true},
+		{"remote_apply", "FIRST 1 (a, b)", "on", false, true},
+		{"off", "", "on", false, false},
+		{"local", "standby1", "on", false, false},
+		{"remote_write", "standby1", "on", false, false},
+		{"on", "", "off", false, false},
+		{"on", "", "on", true, false},
+	}
+	for _, c := range cases {
+		if err := postgresDurable(c.commit, c.standbys, c.fsync, c.recovery); (err == nil) != c.ok {
+			t.Errorf("synchronous_commit=%s synchronous_standby_names=%q fsync=%s recovery=%v: %v; want ok=%v",
+				c.commit, c.standbys, c.fsync, c.recovery, err, c.ok)
+		}
+	}
+}
+
+// TestPostgresOpen opens stores from postgres:// and postgresql:// URLs:
+// the table from ?table= (not sent to the server, which would refuse an
+// unknown parameter), the rest of the URL pgx's own, and Close closes the
+// pool Open made.
+func TestPostgresOpen(t *testing.T) {
+	table := testPostgresTable(t)
+	for i, scheme := range []string{"postgres", "postgresql"} {
+		_, rest, _ := strings.Cut(postgresStoreURL(t, table), "://")
+		s, err := Open(ctxBG, scheme+"://"+rest+"&application_name=opened", WithOwner("opened"))
+		if err != nil {
+			t.Fatalf("Open(%s://...): %v", scheme, err)
+		}
+		g, err := s.Acquire(ctxBG, fmt.Sprintf("opened/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row := pgRow(t, table, g.Key); !strings.HasPrefix(row, fmt.Sprintf("(opened/%d,opened,1,", i)) {
+			t.Fatalf("row in %s: %s", table, row)
+		}
+		pd := s.(*DocumentStore).d.(*postgresDriver)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := pd.db.Ping(); err == nil || !strings.Contains(err.Error(), "closed") {
+			t.Fatalf("Open's pool after Close: %v; want closed", err)
+		}
+	}
+	for _, bad := range []string{"postgres://h/db?table=Bad", "postgres://h/db?table=a&table=b", "postgres://%zz"} {
+		if _, err := Open(ctxBG, bad); err == nil {
+			t.Errorf("Open(%q) accepted", bad)
+		}
+	}
+	if _, err := Open(ctxBG, "postgres://u:secret@127.0.0.1:1/db?connect_timeout=1"); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("Open of a closed port: %v; want an error without the password", err)
+	}
+}
+
+// TestPostgresCloseKeepsCallersPool: closing a driver made on the
+// caller's pool leaves the pool open; later calls fail with ErrClosed.
+func TestPostgresCloseKeepsCallersPool(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.Get(ctxBG, "k"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close: %v; want ErrClosed", err)
+	}
+	if _, err := d.Put(ctxBG, Record{Key: "k", Owner: "a", Epoch: 1}, Precondition{Absent: true}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Put after Close: %v; want ErrClosed", err)
+	}
+	if err := testPostgresDB(t).Ping(); err != nil {
+		t.Fatalf("the caller's pool after driver Close: %v", err)
+	}
+}
+
+// TestPostgresCancelledContext: a cancelled ctx stops every call and
+// writes nothing.
+func TestPostgresCancelledContext(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	ctx, cancel := context.WithCancel(ctxBG)
+	cancel()
+	if _, _, err := d.Get(ctx, "k"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get: %v; want context.Canceled", err)
+	}
+	if _, err := d.Put(ctx, Record{Key: "k", Owner: "a", Epoch: 1, ExpiresAt: t0}, Precondition{Absent: true}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Put: %v; want context.Canceled", err)
+	}
+	if _, err := d.PutMany(ctx, []Write{{Rec: Record{Key: "k", Owner: "a", Epoch: 1, ExpiresAt: t0}, Pre: Precondition{Absent: true}}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("PutMany: %v; want context.Canceled", err)
+	}
+	if _, err := d.GetMany(ctx, []string{"k"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("GetMany: %v; want context.Canceled", err)
+	}
+	if _, err := d.List(ctx, "", "", 10); !errors.Is(err, context.Canceled) {
+		t.Fatalf("List: %v; want context.Canceled", err)
+	}
+	if _, _, err := d.Get(ctxBG, "k"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after the cancelled writes: %v; want nothing written", err)
+	}
+}
+
+// TestPostgresBatch_R12: one PutMany statement applies each write as Put
+// would, alone: fresh inserts and current versions land, an existing key
+// and a stale version conflict, a corrupt row is not overwritten, a
+// record the table cannot hold fails alone; GetMany answers per key.
+func TestPostgresBatch_R12(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	rec := func(key string, epoch uint64) Record {
+		return Record{Key: key, Owner: "o", Epoch: epoch, ExpiresAt: t0}
+	}
+	for _, k := range []string{"held", "stale", "corrupt"} {
+		if _, err := d.Put(ctxBG, rec(k, 1), Precondition{Absent: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgExec(t, `ALTER TABLE `+d.table+` DROP CONSTRAINT `+d.table+`_owner_check`,
+		`UPDATE `+d.table+` SET owner = 'has space' WHERE key = 'corrupt'`)
+	corruptBefore := pgRow(t, d.table, "corrupt")
+	ws := []Write{
+		{Rec: rec("new", 1), Pre: Precondition{Absent: true}},
+		{Rec: rec("held", 2), Pre: Precondition{Absent: true}},
+		{Rec: rec("held", 2), Pre: Precondition{Version: 1}},
+		{Rec: rec("stale", 2), Pre: Precondition{Version: 7}},
+		{Rec: rec("corrupt", 2), Pre: Precondition{Version: 1}},
+		{Rec: Record{Key: "bad", Owner: "o", Epoch: 0, ExpiresAt: t0}, Pre: Precondition{Absent: true}},
+		{Rec: rec("new2", 1), Pre: Precondition{Absent: true}},
+	}
+	ws[2].Rec.Key = "held2" // one key per batch; "held2" does not exist: conflict
+	results, err := d.PutMany(ctxBG, ws)
+	if err != nil {
+		t.Fatalf("PutMany: %v", err)
+	}
+	want := []struct {
+		version  uint64
+		conflict bool
+	}{{1, false}, {0, true}, {0, true}, {0, true}, {0, true}, {0, false}, {1, false}}
+	for i, w := range want {
+		r := results[i]
+		if r.Version != w.version || errors.Is(r.Err, ErrConflict) != w.conflict || (w.version == 0 && r.Err == nil) {
+			t.Errorf("write %d (%s): %+v; want version %d, conflict %v", i, ws[i].Rec.Key, r, w.version, w.conflict)
+		}
+	}
+	if after := pgRow(t, d.table, "corrupt"); after != corruptBefore {
+		t.Errorf("corrupt row changed: %s -> %s", corruptBefore, after)
+	}
+	got, err := d.GetMany(ctxBG, []string{"new", "missing", "corrupt", "held", "new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Err != nil || got[0].Rec.Key != "new" || got[0].Version != 1 || got[4] != got[0] ||
+		!errors.Is(got[1].Err, ErrNotFound) || !errors.Is(got[2].Err, ErrCorrupt) || got[3].Err != nil || got[3].Rec.Epoch != 1 {
+		t.Fatalf("GetMany: %+v", got)
+	}
+
+	// Updates at the right versions, across chunks of postgresMaxBatch.
+	n := postgresMaxBatch*2 + 17
+	ws = ws[:0]
+	for i := range n {
+		ws = append(ws, Write{Rec: rec(fmt.Sprintf("bulk/%05d", i), 1), Pre: Precondition{Absent: true}})
+	}
+	if results, err = d.PutMany(ctxBG, ws); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ws {
+		ws[i].Rec.Epoch, ws[i].Pre = 2, Precondition{Version: results[i].Version}
+	}
+	ws[5].Rec.Key = ws[4].Rec.Key // a key twice: applied in order, one at a time
+	if results, err = d.PutMany(ctxBG, ws); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if i == 5 {
+			if !errors.Is(r.Err, ErrConflict) {
+				t.Errorf("second write of %s at a version the first moved: %+v; want ErrConflict", ws[i].Rec.Key, r)
+			}
+			continue
+		}
+		if r.Err != nil || r.Version != 2 {
+			t.Fatalf("bulk write %d: %+v; want version 2", i, r)
+		}
+	}
+}
+
+// TestPostgresListByteOrder_R14: List walks keys in byte order, with a
+// prefix as an index range, even in a database whose default collation
+// sorts otherwise (ICU en-US: case-insensitive, punctuation last).
+func TestPostgresListByteOrder_R14(t *testing.T) {
+	db, icu := testPostgresDB(t), false
+	name := fmt.Sprintf("lease_icu_%d", pgTableSeq.Add(1))
+	if _, err := db.Exec(`CREATE DATABASE ` + name + ` TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'`); err != nil {
+		if os.Getenv(pgEnvURL) == "" {
+			t.Fatalf("creating a database with ICU collation: %v", err)
+		}
+		t.Logf("no ICU database on %s (%v): checking in the default database", pgEnvURL, err)
+	} else {
+		shared := db
+		t.Cleanup(func() { shared.Exec(`DROP DATABASE ` + name + ` WITH (FORCE)`) })
+		u, _ := url.Parse(testPostgresURL(t))
+		u.Path = "/" + name
+		cfg, err := pgx.ParseConfig(u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db = stdlib.OpenDB(*cfg)
+		t.Cleanup(func() { db.Close() })
+		icu = true
+	}
+	d, err := NewPostgresDriver(ctxBG, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	keys := []string{"b", "B", "a-b", "a.b", "a/b", "a:b", "a@b", "a_b", "aB", "ab", "a", "A", "_", "-", "9", "z~", "zz"}
+	for _, k := range keys {
+		if _, err := d.Put(ctxBG, Record{Key: k, Owner: "o", Epoch: 1, ExpiresAt: t0}, Precondition{Absent: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dbOrder []string
+	if err := db.QueryRow(`SELECT array_agg(k ORDER BY k)::text[] FROM unnest($1::text[]) AS k`, keys).Scan(pgTextArray(&dbOrder)); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys) // Go compares strings bytewise
+	if icu && slices.Equal(dbOrder, keys) {
+		t.Fatalf("the ICU database sorts %q in byte order: the test would not show that List ignores the default collation", keys)
+	}
+	list := func(prefix string, limit int) []string {
+		var got []string
+		for after := ""; ; {
+			recs, err := d.(ListDriver).List(ctxBG, prefix, after, limit)
+			if err != nil {
+				t.Fatalf("List(%q, %q): %v", prefix, after, err)
+			}
+			for _, r := range recs {
+				got = append(got, r.Key)
+			}
+			if len(recs) < limit {
+				return got
+			}
+			after = recs[len(recs)-1].Key
+		}
+	}
+	for _, prefix := range []string{"", "a", "A", "a/", "z", "zz", "q", "é", "\x00"} {
+		var want []string
+		for _, k := range keys {
+			if strings.HasPrefix(k, prefix) {
+				want = append(want, k)
+			}
+		}
+		for _, limit := range []int{1, 3, 100} {
+			if got := list(prefix, limit); !slices.Equal(got, want) {
+				t.Errorf("List(%q) by %d = %q; want %q", prefix, limit, got, want)
+			}
+		}
+	}
+}
+
+// pgTextArray scans a text[] through database/sql.
+func pgTextArray(dst *[]string) sql.Scanner {
+	return scanFunc(func(src any) error {
+		m := pgtype.NewMap()
+		s, ok := src.(string)
+		if !ok {
+			return fmt.Errorf("text[] arrived as %T", src)
+		}
+		return m.Scan(pgtype.TextArrayOID, pgtype.TextFormatCode, []byte(s), dst)
+	})
+}
+
+type scanFunc func(src any) error
+
+func (f scanFunc) Scan(src any) error { return f(src) }
+
+// testPostgresDBVia opens a pool to the shared server through proxy p,
+// closed when the test ends.
+func testPostgresDBVia(t testing.TB, p *pgProxy) *sql.DB {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(testPostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Host, cfg.Port, cfg.Fallbacks, cfg.TLSConfig = "127.0.0.1", uint16(p.Port()), nil, nil
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// pgServerAddr is the shared server's "host:port", for a proxy.
+func pgServerAddr(t testing.TB) string {
+	cfg, err := pgx.ParseConfig(testPostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+}
+
+// TestPostgresAmbiguousWrites_R9 drops the reply to a write the server
+// committed, for acquire, renew and release: the store re-reads and
+// returns what it got. A write cut before it reached the server is a
+// *StorageError that is safe to retry. A batch whose reply is lost
+// settles per key on a re-read.
+func TestPostgresAmbiguousWrites_R9(t *testing.T) {
+	p := newPgProxy(t, pgServerAddr(t))
+	d, err := NewPostgresDriver(ctxBG, testPostgresDBVia(t, p), PostgresTable(testPostgresTable(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	now := t0
+	clock := func() time.Time { return now }
+	s, _ := NewDocumentStore(d, WithOwner("me"), WithClock(clock), WithTTL(time.Minute))
+	other, _ := NewDocumentStore(d, WithOwner("other"), WithClock(clock))
+	const insert, update = "INSERT INTO", "UPDATE"
+
+	t.Run("acquire", func(t *testing.T) {
+		hit := p.DropReply(insert)
+		g, err := s.Acquire(ctxBG, "a")
+		requireHit(t, hit)
+		if err != nil || g.Epoch != 1 || g.Owner != "me" {
+			t.Fatalf("acquire with its reply dropped: %+v, %v; want epoch 1 (R9)", g, err)
+		}
+		if _, err := other.Acquire(ctxBG, "a"); !errors.Is(err, ErrHeld) {
+			t.Fatalf("another owner after the dropped reply: %v; want ErrHeld", err)
+		}
+		if _, err := s.Renew(ctxBG, g); err != nil {
+			t.Fatalf("renew of the grant: %v", err)
+		}
+	})
+
+	t.Run("acquire cut before the server", func(t *testing.T) {
+		hit := p.Cut(insert)
+		g, err := s.Acquire(ctxBG, "b")
+		requireHit(t, hit)
+		if !errors.Is(err, ErrStorage) {
+			t.Fatalf("acquire whose write never arrived: %+v, %v; want a *StorageError (R9)", g, err)
+		}
+		if g, err = s.Acquire(ctxBG, "b"); err != nil || g.Epoch != 1 { // safe to retry
+			t.Fatalf("acquire after the cut: %+v, %v; want epoch 1", g, err)
+		}
+	})
+
+	t.Run("renew", func(t *testing.T) {
+		g := mustAcquire(t, s, "c")
+		now = now.Add(10 * time.Second)
+		hit := p.DropReply(update)
+		g2, err := s.Renew(ctxBG, g)
+		requireHit(t, hit)
+		if want := now.Add(time.Minute); err != nil || g2.Epoch != g.Epoch || !g2.ExpiresAt.Equal(want) {
+			t.Fatalf("renew with its reply dropped: %+v, %v; want expiry %v (R9)", g2, err, want)
+		}
+		if rec, err := other.Holder(ctxBG, "c"); err != nil || !rec.ExpiresAt.Equal(g2.ExpiresAt) {
+			t.Fatalf("holder after renew: %+v, %v", rec, err)
+		}
+	})
+
+	t.Run("renew cut before the server", func(t *testing.T) {
+		g := mustAcquire(t, s, "c2")
+		now = now.Add(time.Second) // else the renewed record would equal the old one
+		hit := p.Cut(update)
+		_, err := s.Renew(ctxBG, g)
+		requireHit(t, hit)
+		if !errors.Is(err, ErrStorage) || errors.Is(err, ErrLost) {
+			t.Fatalf("renew whose write never arrived: %v; want a *StorageError, not ErrLost (R9)", err)
+		}
+		if _, err := s.Renew(ctxBG, g); err != nil {
+			t.Fatalf("retried renew: %v", err)
+		}
+	})
+
+	t.Run("release", func(t *testing.T) {
+		g := mustAcquire(t, s, "d")
+		hit := p.DropReply(update)
+		err := s.Release(ctxBG, g)
+		requireHit(t, hit)
+		if err != nil {
+			t.Fatalf("release with its reply dropped: %v; want nil (R9)", err)
+		}
+		if rec, _, err := d.Get(ctxBG, "d"); err != nil || !rec.Released || rec.Epoch != g.Epoch {
+			t.Fatalf("record after release: %+v, %v; want released, epoch %d", rec, err, g.Epoch)
+		}
+		if g2, err := other.Acquire(ctxBG, "d"); err != nil || g2.Epoch != g.Epoch+1 || g2.PreviousUnclean {
+			t.Fatalf("acquire after release: %+v, %v; want clean epoch %d", g2, err, g.Epoch+1)
+		}
+	})
+
+	t.Run("release cut before the server", func(t *testing.T) {
+		g := mustAcquire(t, s, "e")
+		hit := p.Cut(update)
+		err := s.Release(ctxBG, g)
+		requireHit(t, hit)
+		if !errors.Is(err, ErrStorage) {
+			t.Fatalf("release whose write never arrived: %v; want ErrStorage (R7, R9)", err)
+		}
+		if rec, _, err := d.Get(ctxBG, "e"); err != nil || rec.Released {
+			t.Fatalf("record after the cut release: %+v, %v; want still held", rec, err)
+		}
+		if err := s.Release(ctxBG, g); err != nil { // the store kept the grant (R7)
+			t.Fatalf("retried release: %v", err)
+		}
+	})
+
+	t.Run("batch", func(t *testing.T) {
+		bd := d.(*postgresDriver)
+		ws := []Write{
+			{Rec: Record{Key: "m1", Owner: "me", Epoch: 1, ExpiresAt: t0}, Pre: Precondition{Absent: true}},
+			{Rec: Record{Key: "a", Owner: "me", Epoch: 9, ExpiresAt: t0}, Pre: Precondition{Absent: true}},
+		}
+		hit := p.DropReply("WITH w AS")
+		_, err := bd.PutMany(ctxBG, ws)
+		requireHit(t, hit)
+		if err == nil {
+			t.Fatal("PutMany with its reply dropped returned results")
+		}
+		got, err := bd.GetMany(ctxBG, []string{"m1", "a"})
+		if err != nil || got[0].Err != nil || got[0].Rec.Owner != "me" || got[1].Rec.Epoch != 1 {
+			t.Fatalf("the re-read after the lost batch: %+v, %v; want m1 written and a unchanged", got, err)
+		}
+	})
+}
+
+// TestSplitPostgresURL: Open takes the table from ?table= and passes the
+// rest of the URL on unchanged in meaning: multi-host lists, escaped
+// passwords, Unix socket directories.
+func TestSplitPostgresURL(t *testing.T) {
+	cases := []struct{ in, conn, table string }{
+		{"postgres://h/db", "postgres://h/db", "leases"},
+		{"postgres://u:p%40ss@a:5432,b:5433/db?target_session_attrs=read-write&table=locks&sslmode=disable",
+			"postgres://u:p%40ss@a:5432,b:5433/db?sslmode=disable&target_session_attrs=read-write", "locks"},
+		{"postgresql:///db?host=/run/postgresql&table=t", "postgresql:///db?host=%2Frun%2Fpostgresql", "t"},
+	}
+	for _, c := range cases {
+		conn, table, err := splitPostgresURL(c.in)
+		if err != nil || conn != c.conn || table != c.table {
+			t.Errorf("splitPostgresURL(%q) = %q, %q, %v; want %q, %q", c.in, conn, table, err, c.conn, c.table)
+		}
+		if _, err := pgx.ParseConfig(conn); err != nil {
+			t.Errorf("pgx cannot parse %q: %v", conn, err)
+		}
+	}
+	if _, _, err := splitPostgresURL("postgres://u:secret@h/db?table=a&table=b"); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("two tables: %v; want an error without the password", err)
+	}
+}
+
+// TestPostgresHoldersAndReleaseAll_R13_R14: Holders lists the live
+// holders by prefix in byte order through the driver's index range, and
+// ReleaseAll frees every key a store holds for a clean takeover.
+func TestPostgresHoldersAndReleaseAll_R13_R14(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	clock := newFakeClock()
+	a, b := newDocStore(t, d, clock, "alice"), newDocStore(t, d, clock, "bob")
+	for _, k := range []string{"p/b", "p/A", "p/a-1", "q/x"} {
+		mustAcquire(t, a, k)
+	}
+	wantErr(t, "Release", b.Release(ctxBG, mustAcquire(t, b, "p/released")), nil)
+	clock.Advance(testTTL / 2)
+	mustAcquire(t, b, "p/later")
+	clock.Advance(testTTL / 2) // alice's grants expire now; bob's p/later is live
+	var got []string
+	for rec, err := range b.Holders(ctxBG, "p/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rec.Key+"="+rec.Owner)
+	}
+	if want := []string{"p/later=bob"}; !slices.Equal(got, want) {
+		t.Fatalf("Holders(p/) after alice's expiry = %q; want %q", got, want)
+	}
+	clock.Set(newFakeClock().Now())
+	got = got[:0]
+	for rec, err := range b.Holders(ctxBG, "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rec.Key)
+	}
+	if want := []string{"p/A", "p/a-1", "p/b", "p/later", "q/x"}; !slices.Equal(got, want) {
+		t.Fatalf("Holders(\"\") = %q; want %q, in byte order", got, want)
+	}
+	wantErr(t, "ReleaseAll", a.ReleaseAll(ctxBG), nil)
+	for _, k := range []string{"p/b", "p/A", "p/a-1", "q/x"} {
+		if g := mustAcquire(t, b, k); g.Epoch != 2 || g.PreviousUnclean {
+			t.Fatalf("acquire of %s after ReleaseAll = %+v; want a clean epoch 2", k, g)
+		}
+	}
+}

@@ -3,7 +3,6 @@ module github.com/leasekit/lease
 go 1.26.0
 
 require (
-	github.com/gofrs/flock v0.13.2
 	go.mongodb.org/mongo-driver/v2 v2.10.0
 	golang.org/x/sys v0.49.0
 	modernc.org/sqlite v1.62.0

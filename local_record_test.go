@@ -1,3 +1,5 @@
+//go:build unix
+
 package lease
 
 // Fail closed and crash safety of the local store's record (R2, R7, R10).
@@ -9,9 +11,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
-
-	"github.com/gofrs/flock"
 )
 
 // TestLocalFailClosed: a record that cannot be read or parsed is refused
@@ -45,6 +46,7 @@ func TestLocalFailClosed(t *testing.T) {
 		damage func(good []byte) []byte
 		want   error
 	}{
+		{"emptied", func(g []byte) []byte { return g[:0] }, ErrCorrupt},
 		{"truncated to one byte", func(g []byte) []byte { return g[:1] }, ErrCorrupt},
 		{"truncated mid slot", func(g []byte) []byte { return g[:slotLen/2] }, ErrCorrupt},
 		{"truncated after slot 0", func(g []byte) []byte { return g[:slotStride] }, ErrCorrupt},
@@ -166,12 +168,29 @@ func TestLocalUnopenable(t *testing.T) {
 // wantFlockFree checks that nothing holds the flock on path.
 func wantFlockFree(t *testing.T, path string) {
 	t.Helper()
-	fl := flock.New(path, flock.SetFlag(os.O_RDONLY))
-	ok, err := fl.TryLock()
-	if err != nil || !ok {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Fatalf("flock on %s still taken (%v): a refused acquire must give it back", path, err)
 	}
-	fl.Unlock()
+}
+
+// flockByHand takes path's flock as another process would, on a
+// descriptor of its own; closing the file gives it up.
+func flockByHand(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		t.Fatalf("flock %s: %v", path, err)
+	}
+	return f
 }
 
 // TestLocalReleaseWriteFails: when the released record cannot be written,

@@ -627,19 +627,13 @@ func lockFileErr(err error) error {
 type fdLimitError struct{ err error }
 
 func (e *fdLimitError) Error() string {
-	return "too many open files: raise the descriptor limit (ulimit -n): " + errnoText(e.err)
+	if errors.Is(e.err, syscall.ENFILE) {
+		return "too many open files in the system: raise the descriptor limit (fs.file-max); each held key keeps one open"
+	}
+	return "too many open files: raise the descriptor limit (ulimit -n); each held key keeps one open"
 }
 
 func (e *fdLimitError) Unwrap() error { return e.err }
-
-// errnoText is the system's text for err's errno, without the path.
-func errnoText(err error) string {
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno.Error()
-	}
-	return err.Error()
-}
 
 // write stores g (released or not) in h's file as write number seq, durably.
 func (s *LocalStore) write(h *localLock, seq uint64, g Grant, released bool) error {
@@ -652,11 +646,16 @@ func (s *LocalStore) write(h *localLock, seq uint64, g Grant, released bool) err
 	return nil
 }
 
-// storageErr wraps a storage failure. After Close it is ErrClosed: a call
+// storageErr wraps a storage failure; running out of descriptors says so
+// (fdLimitError). After Close it is ErrClosed: a call
 // in flight may find its descriptors closed under it.
 func (s *LocalStore) storageErr(op, key string, err error) error {
 	if s.isClosed() {
 		return ErrClosed
+	}
+	var limit *fdLimitError
+	if !errors.As(err, &limit) && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
+		err = &fdLimitError{err}
 	}
 	return &StorageError{Op: op, Key: key, Err: err}
 }

@@ -294,3 +294,44 @@ func TestLocalTornWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalNewFile (R2, R4a): a lock file that was created but never
+// acquired (a crash between the two) holds only its absent marker: Holder
+// finds nobody, Holders lists nothing, and the next Acquire gets epoch 1.
+// An absent marker anywhere but write 1 is damage (R10).
+func TestLocalNewFile(t *testing.T) {
+	ctx := context.Background()
+	s := newLocal(t, t.TempDir(), WithOwner("a"))
+	if err := s.createLockFile("k"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(s.lockPath("k")); err != nil || fi.Size() != recFileLen {
+		t.Fatalf("a new lock file: %v, %v; want %d bytes", fi, err, recFileLen)
+	}
+	if _, err := s.Holder(ctx, "k"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Holder of a new file = %v; want ErrNotFound", err)
+	}
+	for rec, err := range s.Holders(ctx, "") {
+		t.Fatalf("Holders of a new file yielded %+v, %v", rec, err)
+	}
+	if err := s.createLockFile("k"); err != nil { // a racing creator that lost
+		t.Fatalf("creating an existing lock file = %v; want nil (EEXIST is as good)", err)
+	}
+	g := mustAcquire(t, s, "k")
+	if g.Epoch != 1 || g.PreviousUnclean {
+		t.Fatalf("first grant from a new file = %+v; want epoch 1 clean", g)
+	}
+	if err := s.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+
+	bad := make([]byte, recFileLen)
+	copy(bad, encodeSlot(3, absentRecord("k")))
+	copy(bad[slotStride:], encodeSlot(2, Record{Key: "k", Owner: "a", Epoch: 1, Released: true}))
+	if err := os.WriteFile(s.lockPath("k"), bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, "k"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Acquire over an absent marker at write 3 = %v; want ErrCorrupt", err)
+	}
+}

@@ -34,6 +34,13 @@ func openLockFile(path string, flag int) (*os.File, fileID, error) {
 	if err != nil {
 		return nil, fileID{}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	// Blocking again, so that os.NewFile does not try the descriptor with
+	// the runtime's poller (three more system calls that fail on a regular
+	// file anyway). Reads and writes of a regular file never wait for a peer.
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		syscall.Close(fd)
+		return nil, fileID{}, &os.PathError{Op: "fcntl", Path: path, Err: err}
+	}
 	f := os.NewFile(uintptr(fd), path)
 	id, regular, err := lockFileID(f)
 	if err == nil && !regular {

@@ -47,6 +47,9 @@ type LocalStore struct {
 	spare   map[string]*os.File   // a watched key's descriptor, kept between tries
 	done    bool                  // Close has begun
 
+	lockDevOnce sync.Once
+	lockDev     devMap // how /proc/locks names the root's device (Linux)
+
 	roundTrips atomic.Uint64 // flock operations and durable writes; read by benchmarks
 }
 
@@ -356,7 +359,7 @@ func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 			return *rec, nil
 		}
 	}
-	rec, err := s.liveRecord(key, new(flockView))
+	rec, err := s.liveRecord(key, s.flockView())
 	switch {
 	case err != nil:
 		return Record{}, s.storageErr("holder", key, err)

@@ -21,14 +21,68 @@ import (
 // one goes away between pages. A file not found in the first reading is
 // looked for in a second one before it counts as not flocked.
 //
-// Two limits come from the kernel: locks of processes in another PID
-// namespace (another container sharing the root) are not listed, and on a
-// filesystem whose stat(2) device differs from its superblock's (btrfs
-// subvolumes) no lock is matched; Holder then reports such holders as not
-// live. Acquire is not affected: it takes the flock itself.
+// /proc/locks names a file's device as its filesystem's superblock does,
+// which on some filesystems (btrfs subvolumes, overlayfs) is not the device
+// stat(2) reports; each store learns the mapping once (learnLockDev).
+//
+// One limit comes from the kernel: locks of processes in another PID
+// namespace (another container sharing the root) are not listed, so Holder
+// reports such holders as not live. Acquire is not affected: it takes the
+// flock itself.
 type flockView struct {
 	ids   map[fileID]struct{}
 	reads int
+	dev   devMap
+}
+
+// devMap maps the device stat(2) reports for the root's files to the one
+// /proc/locks shows; the zero devMap maps nothing.
+type devMap struct{ stat, locks uint64 }
+
+func (m devMap) of(id fileID) fileID {
+	if m.stat != m.locks && id.dev == m.stat {
+		id.dev = m.locks
+	}
+	return id
+}
+
+// flockView returns a view for one Holder or Holders call.
+func (s *LocalStore) flockView() *flockView {
+	s.lockDevOnce.Do(func() { s.lockDev = learnLockDev(s.root) })
+	return &flockView{dev: s.lockDev}
+}
+
+// learnLockDev finds how /proc/locks names the device of files in root: it
+// flocks an unnamed temporary file there (O_TMPFILE: no other process can
+// see or open it, so nobody notices the lock) and finds that flock in
+// /proc/locks by its inode and this process's id. Where that cannot be
+// done, it assumes the two devices are the same.
+func learnLockDev(root string) devMap {
+	fd, err := unix.Open(root, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return devMap{}
+	}
+	defer unix.Close(fd)
+	var sx unix.Statx_t
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil ||
+		unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_INO, &sx) != nil {
+		return devMap{}
+	}
+	data, err := readProcLocks()
+	if err != nil {
+		return devMap{}
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	for line := range bytes.Lines(data) {
+		f := bytes.Fields(line)
+		if len(f) < 6 || !bytes.Equal(f[4], pid) {
+			continue
+		}
+		if id, ok := parseFlockLine(line); ok && id.ino == sx.Ino {
+			return devMap{stat: unix.Mkdev(sx.Dev_major, sx.Dev_minor), locks: id.dev}
+		}
+	}
+	return devMap{}
 }
 
 // maxFlockReads is how many readings of /proc/locks a view makes at most.
@@ -36,6 +90,7 @@ const maxFlockReads = 2
 
 // locked reports whether the file f, open on inode id, is flocked.
 func (v *flockView) locked(f *os.File, id fileID) (bool, error) {
+	id = v.dev.of(id)
 	for {
 		if _, ok := v.ids[id]; ok {
 			return true, nil

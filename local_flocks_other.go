@@ -11,3 +11,9 @@ import "os"
 type flockView struct{}
 
 func (v *flockView) locked(f *os.File, id fileID) (bool, error) { return flockProbe(f) }
+
+// devMap is not needed outside Linux.
+type devMap struct{}
+
+// flockView returns a view for one Holder or Holders call.
+func (s *LocalStore) flockView() *flockView { return new(flockView) }

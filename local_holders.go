@@ -36,7 +36,7 @@ func (s *LocalStore) Holders(ctx context.Context, prefix string) iter.Seq2[Recor
 			return
 		}
 		slices.Sort(keys)
-		view := new(flockView)
+		view := s.flockView()
 		for _, key := range keys {
 			if err := s.usable(ctx); err != nil {
 				yield(Record{}, err)

@@ -12,7 +12,8 @@ import (
 // cannot watch; the caller then polls.
 //
 // Call Acquire once more after watchRelease returns: a release between
-// the last refused Acquire and the start of the watch raises no wake.
+// the last refused Acquire and the start of the watch raises no wake. wake
+// runs on the watch's goroutine and must not call the store.
 //
 // On Linux one inotify instance per store watches the root for lock files
 // closed after being opened for writing (IN_CLOSE_WRITE): every holder's

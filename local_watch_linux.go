@@ -36,8 +36,12 @@ type watchEntry struct{ wake func() }
 // writing, and starts the goroutine that reads the events.
 func startWatch(root string) (*localWatch, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err == unix.EMFILE {
+		// Usually the per-user limit on inotify instances, not descriptors.
+		return nil, fmt.Errorf("lease: watching %s: %w (is fs.inotify.max_user_instances reached?)", root, os.NewSyscallError("inotify_init1", err))
+	}
 	if err != nil {
-		return nil, fmt.Errorf("lease: watching %s: %w", root, lockFileErr(os.NewSyscallError("inotify_init1", err)))
+		return nil, fmt.Errorf("lease: watching %s: %w", root, os.NewSyscallError("inotify_init1", err))
 	}
 	if _, err := unix.InotifyAddWatch(fd, root, unix.IN_CLOSE_WRITE|unix.IN_ONLYDIR); err != nil {
 		unix.Close(fd)

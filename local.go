@@ -321,7 +321,7 @@ func (s *LocalStore) Renew(ctx context.Context, g Grant) (Grant, error) {
 // Release writes g's record released, durably, and then gives up the flock
 // (R7). If the write fails, the store keeps the flock and the grant and
 // returns the error, so the caller can retry. A grant this instance does
-// not hold fails with ErrLost.
+// not hold, or whose lock file was replaced, fails with ErrLost.
 func (s *LocalStore) Release(ctx context.Context, g Grant) error {
 	unlock, err := s.begin(ctx, g.Key)
 	if err != nil {
@@ -329,9 +329,14 @@ func (s *LocalStore) Release(ctx context.Context, g Grant) error {
 	}
 	defer unlock()
 	// Only the flock's holder writes the record, so while this instance
-	// holds the flock the record names its grant: no read is needed.
+	// holds the flock the record names its grant: no read is needed. But
+	// the flock guards the key only while the path names the locked file.
 	h := s.heldLock(g.Key)
 	if h == nil || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch {
+		return lost(g.Key, g.Epoch)
+	}
+	if !s.stillLinked(g.Key, h) {
+		s.drop(g.Key, h)
 		return lost(g.Key, g.Epoch)
 	}
 	if err := s.write(h, h.seq+1, h.grant, true); err != nil {

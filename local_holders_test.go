@@ -135,7 +135,8 @@ func TestLocalHoldersEnds(t *testing.T) {
 // TestLocalReleaseAll (R13): every key this instance holds is released,
 // durably; another store then takes each with epoch+1 and no
 // PreviousUnclean. A key whose write fails stays held and its error is
-// returned; a retry finishes the job. Keys held by others are untouched.
+// returned; a retry finishes the job. A key lost adds ErrLost and stops
+// nothing. Keys held by others are untouched.
 func TestLocalReleaseAll(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -186,6 +187,27 @@ func TestLocalReleaseAll(t *testing.T) {
 	}
 	if err := a.ReleaseAll(ctx); err != nil {
 		t.Fatalf("ReleaseAll with nothing held = %v", err)
+	}
+	// A key whose lock file was replaced is lost: ErrLost, the others
+	// are released all the same.
+	mustAcquire(t, a, "replaced")
+	mustAcquire(t, a, "fine")
+	path := a.lockPath("replaced")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ReleaseAll(ctx); !errors.Is(err, ErrLost) {
+		t.Fatalf("ReleaseAll with a replaced lock file = %v; want ErrLost", err)
+	}
+	if g := mustAcquire(t, b, "fine"); g.Epoch != 2 || g.PreviousUnclean {
+		t.Fatalf("the other key after ReleaseAll: %+v; want epoch 2 clean", g)
 	}
 	a.Close()
 	if err := a.ReleaseAll(ctx); !errors.Is(err, ErrClosed) {

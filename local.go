@@ -253,19 +253,19 @@ const noRace uint64 = math.MaxUint64
 func (s *LocalStore) acquireLocked(key string, h *localLock, seen uint64) (Grant, error) {
 	rec, seq, err := readRecord(h.f, key)
 	if err != nil { // R10: give the flock back, write nothing
-		s.unlock(h)
+		s.giveBack(key, h)
 		return Grant{}, s.storageErr("acquire", key, err)
 	}
 	if seen != noRace && rec != nil && rec.Epoch > seen {
 		// R5: another store acquired the key while we waited for its
 		// flock; we lost that race, even though the winner has released.
-		s.unlock(h)
+		s.giveBack(key, h)
 		return Grant{}, heldBy(*rec)
 	}
 	// We hold the flock, so the record's holder, if any, is gone.
 	out := decide(acquireInput{Stored: rec, Expired: true, Owner: s.cfg.owner})
 	if out.Err != nil {
-		s.unlock(h)
+		s.giveBack(key, h)
 		return Grant{}, out.Err
 	}
 	g := out.Next
@@ -281,7 +281,7 @@ func (s *LocalStore) acquireLocked(key string, h *localLock, seen uint64) (Grant
 		// Whether the write landed is unknown; giving the flock back is a
 		// crash to the next holder, which is safe either way: it finds the
 		// old record or this one, unreleased, and moves past both (R9).
-		s.unlock(h)
+		s.giveBack(key, h)
 		return Grant{}, s.storageErr("acquire", key, err)
 	}
 	h.grant = g
@@ -678,6 +678,21 @@ func (s *LocalStore) drop(key string, h *localLock) {
 	if err := s.unlock(h); err != nil {
 		s.cfg.logger.Warn("lease: giving up a flock failed", "key", key, "err", err)
 	}
+}
+
+// giveBack gives up the flock of a refused acquire. A watched key keeps
+// the descriptor for its next try: closing a writable descriptor on a lock
+// file wakes every waiter on the key (watchRelease), and waiters refused
+// alike, say on a corrupt record, would wake each other without end.
+func (s *LocalStore) giveBack(key string, h *localLock) {
+	h.done.Do(func() {
+		s.roundTrips.Add(1)
+		if err := flockUnlock(h.f); err != nil {
+			h.f.Close()
+			return
+		}
+		s.keepSpare(key, h.f)
+	})
 }
 
 // unlock gives up h's flock and closes its descriptor, once: Close and a

@@ -185,3 +185,48 @@ func TestLocalWatchReleaseInProcess(t *testing.T) {
 		t.Fatal("closedSignal not closed after Close")
 	}
 }
+
+// TestLocalWatchRefusedWakesNobody: waiters refused with the flock in hand
+// (a corrupt record, R10) do not wake each other: two stores waiting on
+// one damaged key would otherwise retry without end.
+func TestLocalWatchRefusedWakesNobody(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	a := newLocal(t, root, WithOwner("a"))
+	b := newLocal(t, root, WithOwner("b"))
+	g := mustAcquire(t, a, "k")
+	if err := a.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(a.lockPath("k"), 0); err != nil {
+		t.Fatal(err)
+	}
+	wa, wb, sentinel := newWaiter(), newWaiter(), newWaiter()
+	for _, w := range []struct {
+		s    *LocalStore
+		key  string
+		wake func()
+	}{{a, "k", wa.wake}, {b, "k", wb.wake}, {b, "sentinel", sentinel.wake}} {
+		stop, err := w.s.watchRelease(w.key, w.wake)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+	}
+	for range 20 {
+		for _, s := range []*LocalStore{a, b} {
+			if _, err := s.Acquire(ctx, "k"); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Acquire of a damaged key = %v; want ErrCorrupt", err)
+			}
+		}
+	}
+	c := newLocal(t, root, WithOwner("c"))
+	g = mustAcquire(t, c, "sentinel")
+	if err := c.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	sentinel.await(t, "the sentinel's release")
+	if na, nb := wa.count.Load(), wb.count.Load(); na != 0 || nb != 0 {
+		t.Fatalf("refused tries woke the waiters %d and %d times; want 0", na, nb)
+	}
+}

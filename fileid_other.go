@@ -14,6 +14,15 @@ func fileIDOf(f *os.File) (fileID, error) {
 	return fileID{fi}, err
 }
 
+// lockFileID is fileIDOf, and whether f is a regular file.
+func lockFileID(f *os.File) (fileID, bool, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return fileID{}, false, err
+	}
+	return fileID{fi}, fi.Mode().IsRegular(), nil
+}
+
 func pathID(path string) (fileID, error) {
 	fi, err := os.Lstat(path)
 	return fileID{fi}, err

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,8 +15,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/gofrs/flock"
 )
 
 // LocalStore is a Store for one host with no database: the operating
@@ -27,19 +24,31 @@ import (
 //
 // Each key has one lock file under the root, named by the SHA-256 of the
 // key; the file is locked while the key is held and also holds the key's
-// record (see localrecord.go). Lock files are never deleted, renamed or
-// replaced. Every LocalStore is one owner: two stores on one root, in one
-// process or in two, contend as separate processes do.
+// record (see localrecord.go). Lock files are created whole (never empty)
+// and are never deleted, renamed or replaced. Every LocalStore is one
+// owner: two stores on one root, in one process or in two, contend as
+// separate processes do.
+//
+// A held key costs one open descriptor, which holds the flock and reads and
+// writes the record. Holder and Holders lock nothing: on Linux they read
+// which files are locked from /proc/locks.
 //
 // A LocalStore is safe for concurrent use; calls on one key are serialised.
 type LocalStore struct {
-	root  string
-	cfg   config
-	locks keyLocks
+	root   string
+	cfg    config
+	locks  keyLocks
+	closed chan struct{} // closed when Close begins
 
-	mu     sync.Mutex            // guards held and closed
-	held   map[string]*localLock // the keys whose flock this instance holds
-	closed bool
+	mu      sync.Mutex            // guards the fields below
+	held    map[string]*localLock // the keys whose flock this instance holds
+	watch   *localWatch           // the release watch, while any key is watched
+	watched map[string]int        // watchRelease calls in force, per key
+	spare   map[string]*os.File   // a watched key's descriptor, kept between tries
+	done    bool                  // Close has begun
+
+	lockDevOnce sync.Once
+	lockDev     devMap // how /proc/locks names the root's device (Linux)
 
 	roundTrips atomic.Uint64 // flock operations and durable writes; read by benchmarks
 }
@@ -48,12 +57,11 @@ var _ Store = (*LocalStore)(nil)
 
 // localLock is a key whose flock this instance holds.
 type localLock struct {
-	fl    *flock.Flock // owns the descriptor that holds the flock
-	f     *os.File     // a second descriptor on the same inode, for the record
-	id    fileID       // the inode both descriptors are on
-	seq   uint64       // write number of the newest record in the file (0: none)
-	grant Grant        // the grant the record names; zero until acquired
-	done  sync.Once    // gives the flock up once, whoever gets there first
+	f     *os.File  // the one descriptor: it holds the flock and reads and writes the record
+	id    fileID    // the inode f is open on
+	seq   uint64    // write number of the newest record in the file
+	grant Grant     // the grant the record names; zero until acquired
+	done  sync.Once // gives the flock up once, whoever gets there first
 }
 
 // Bounds on how long a loser of a race waits for the winner's record to
@@ -64,12 +72,19 @@ const (
 	localPeekMaxPause = 5 * time.Millisecond
 )
 
+// localReleaseWorkers bounds how many releases ReleaseAll runs at once:
+// each waits for its own fdatasync, which the device serves together.
+const localReleaseWorkers = 16
+
 // NewLocalStore returns a store keeping its lock files in root. root must
 // be a writable directory, or a name that mkdir can create (mode 0700) in an
 // existing directory. WithTTL is ignored: grants never expire.
 func NewLocalStore(root string, opts ...Option) (*LocalStore, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := localSupported(); err != nil {
 		return nil, err
 	}
 	if root == "" {
@@ -79,18 +94,32 @@ func NewLocalStore(root string, opts ...Option) (*LocalStore, error) {
 	if err := prepareRoot(root); err != nil {
 		return nil, err
 	}
-	return &LocalStore{root: root, cfg: cfg, held: make(map[string]*localLock)}, nil
+	return &LocalStore{
+		root:    root,
+		cfg:     cfg,
+		closed:  make(chan struct{}),
+		held:    make(map[string]*localLock),
+		watched: make(map[string]int),
+		spare:   make(map[string]*os.File),
+	}, nil
 }
 
 // prepareRoot makes sure root is a directory this process can create files
-// in, creating it (but not its parents) if missing.
+// in, creating it (but not its parents) if missing. Stores opened at once on
+// a missing root race to create it: the losers' EEXIST is checked like any
+// existing root.
 func prepareRoot(root string) error {
-	fi, err := os.Stat(root)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if err := os.Mkdir(root, 0o700); err != nil {
+	err := os.Mkdir(root, 0o700)
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("lease: local store root %q does not exist and cannot be created: %w", root, err)
 		}
+		if _, serr := os.Stat(root); serr != nil {
+			return fmt.Errorf("lease: local store root %q: %w", root, err)
+		}
+	}
+	fi, err := os.Stat(root)
+	switch {
 	case err != nil:
 		return fmt.Errorf("lease: local store root %q: %w", root, err)
 	case !fi.IsDir():
@@ -98,15 +127,20 @@ func prepareRoot(root string) error {
 	}
 	// Access checks lie on some filesystems (read-only mounts, ACLs), so
 	// create and remove a file the way the store will.
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	probe := filepath.Join(root, ".probe-"+hex.EncodeToString(b[:]))
-	f, err := os.OpenFile(probe, os.O_CREATE|os.O_EXCL|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	f, err := createTemp(root, ".probe-")
 	if err != nil {
 		return fmt.Errorf("lease: local store root %q is not writable: %w", root, err)
 	}
 	f.Close()
-	return os.Remove(probe)
+	return os.Remove(f.Name())
+}
+
+// createTemp creates a new file under dir, named prefix and random hex.
+func createTemp(dir, prefix string) (*os.File, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	name := filepath.Join(dir, prefix+hex.EncodeToString(b[:]))
+	return os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR|openFlags, 0o600)
 }
 
 // openLocalStore serves Open("file:/path/dir"). It accepts "file:/dir" and
@@ -124,11 +158,16 @@ func openLocalStore(root string, opts []Option) (Store, error) {
 // Owner returns the owner id this store writes into records.
 func (s *LocalStore) Owner() string { return s.cfg.owner }
 
-// lockPath is where key's lock file lives: a fixed-length name safe on
+// lockName is the name of key's lock file: a fixed-length name safe on
 // every filesystem, whatever the key.
-func (s *LocalStore) lockPath(key string) string {
+func lockName(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return filepath.Join(s.root, hex.EncodeToString(sum[:])+".lock")
+	return hex.EncodeToString(sum[:]) + ".lock"
+}
+
+// lockPath is where key's lock file lives.
+func (s *LocalStore) lockPath(key string) string {
+	return filepath.Join(s.root, lockName(key))
 }
 
 // Acquire takes key (R4, "expired" meaning "its flock is free"). Taking the
@@ -164,10 +203,10 @@ func (s *LocalStore) Acquire(ctx context.Context, key string) (Grant, error) {
 		}
 		live := rerr == nil && rec != nil && !rec.Released
 		// An unreleased record is named only when the flock is seen taken
-		// twice, a pause apart. It may be a dead holder's, with the flock
+		// twice, a pause apart: it may be a dead holder's, with the flock
 		// taken by a winner whose record (written a few system calls
 		// after its flock, visible before its fdatasync) has not appeared
-		// yet, or by Holder probing for a moment whether its holder died.
+		// yet.
 		if live && try > 0 {
 			return Grant{}, heldBy(*rec)
 		}
@@ -214,28 +253,35 @@ const noRace uint64 = math.MaxUint64
 func (s *LocalStore) acquireLocked(key string, h *localLock, seen uint64) (Grant, error) {
 	rec, seq, err := readRecord(h.f, key)
 	if err != nil { // R10: give the flock back, write nothing
-		s.unlock(h)
+		s.giveBack(key, h)
 		return Grant{}, s.storageErr("acquire", key, err)
 	}
 	if seen != noRace && rec != nil && rec.Epoch > seen {
 		// R5: another store acquired the key while we waited for its
 		// flock; we lost that race, even though the winner has released.
-		s.unlock(h)
+		s.giveBack(key, h)
 		return Grant{}, heldBy(*rec)
 	}
 	// We hold the flock, so the record's holder, if any, is gone.
 	out := decide(acquireInput{Stored: rec, Expired: true, Owner: s.cfg.owner})
 	if out.Err != nil {
-		s.unlock(h)
+		s.giveBack(key, h)
 		return Grant{}, out.Err
 	}
 	g := out.Next
 	g.Key = key
-	if err := s.write(h, seq+1, g, false); err != nil {
+	err = s.write(h, seq+1, g, false)
+	if err == nil && seq == 1 {
+		// The first grant of a new file: the file's name must be as
+		// durable as the grant, or a power loss could bring back a key
+		// never written, and epoch 1 again (R2).
+		err = syncDir(s.root)
+	}
+	if err != nil {
 		// Whether the write landed is unknown; giving the flock back is a
 		// crash to the next holder, which is safe either way: it finds the
 		// old record or this one, unreleased, and moves past both (R9).
-		s.unlock(h)
+		s.giveBack(key, h)
 		return Grant{}, s.storageErr("acquire", key, err)
 	}
 	h.grant = g
@@ -244,7 +290,7 @@ func (s *LocalStore) acquireLocked(key string, h *localLock, seen uint64) (Grant
 			"key", key, "previous_owner", rec.Owner, "epoch", g.Epoch)
 	}
 	s.mu.Lock()
-	closed := s.closed
+	closed := s.done
 	if !closed {
 		s.held[key] = h
 	}
@@ -275,7 +321,7 @@ func (s *LocalStore) Renew(ctx context.Context, g Grant) (Grant, error) {
 // Release writes g's record released, durably, and then gives up the flock
 // (R7). If the write fails, the store keeps the flock and the grant and
 // returns the error, so the caller can retry. A grant this instance does
-// not hold fails with ErrLost.
+// not hold, or whose lock file was replaced, fails with ErrLost.
 func (s *LocalStore) Release(ctx context.Context, g Grant) error {
 	unlock, err := s.begin(ctx, g.Key)
 	if err != nil {
@@ -283,9 +329,14 @@ func (s *LocalStore) Release(ctx context.Context, g Grant) error {
 	}
 	defer unlock()
 	// Only the flock's holder writes the record, so while this instance
-	// holds the flock the record names its grant: no read is needed.
+	// holds the flock the record names its grant: no read is needed. But
+	// the flock guards the key only while the path names the locked file.
 	h := s.heldLock(g.Key)
 	if h == nil || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch {
+		return lost(g.Key, g.Epoch)
+	}
+	if !s.stillLinked(g.Key, h) {
+		s.drop(g.Key, h)
 		return lost(g.Key, g.Epoch)
 	}
 	if err := s.write(h, h.seq+1, h.grant, true); err != nil {
@@ -295,10 +346,9 @@ func (s *LocalStore) Release(ctx context.Context, g Grant) error {
 	return nil
 }
 
-// Holder returns the record of key's live holder: one whose flock is taken.
-// It is ErrNotFound when the key was never written, is released, or its
-// holder died. To tell a dead holder from a live one it takes the flock for
-// an instant if it is free.
+// Holder returns the record of key's live holder: an unreleased record
+// whose flock is taken. It is ErrNotFound when the key was never written,
+// is released, or its holder died. It creates and locks nothing.
 func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 	unlock, err := s.begin(ctx, key)
 	if err != nil {
@@ -314,51 +364,51 @@ func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 			return *rec, nil
 		}
 	}
-	for try := 0; ; try++ {
-		rec, perr := s.peek(key)
-		if perr == nil && (rec == nil || rec.Released) {
-			return Record{}, ErrNotFound
-		}
-		free, err := s.flockFree(key)
-		if err != nil {
-			return Record{}, s.storageErr("holder", key, err)
-		}
-		again, aerr := s.peek(key)
-		switch {
-		case free && aerr != nil: // nobody is writing: the record is damaged (R10)
-			return Record{}, s.storageErr("holder", key, aerr)
-		case free: // never written, released, or its holder died
-			return Record{}, ErrNotFound
-		case aerr == nil && again != nil && !again.Released:
-			return *again, nil
-		case aerr == nil:
-			return Record{}, ErrNotFound
-		case try == localPeekTries:
-			return Record{}, s.storageErr("holder", key, aerr)
-		}
-		// The flock is taken and the record unreadable: perhaps the
-		// holder's first write is in flight. Look again.
-		if err := pause(ctx, try); err != nil {
-			return Record{}, err
-		}
+	rec, err := s.liveRecord(key, s.flockView())
+	switch {
+	case err != nil:
+		return Record{}, s.storageErr("holder", key, err)
+	case rec == nil:
+		return Record{}, ErrNotFound
 	}
+	return *rec, nil
 }
 
-// Holders is not yet able to list lock files: it yields one error.
-func (s *LocalStore) Holders(ctx context.Context, prefix string) iter.Seq2[Record, error] {
-	return func(yield func(Record, error) bool) {
-		yield(Record{}, errors.New("lease: holders: the local store cannot list keys yet"))
+// liveRecord reads key's record without locking anything and returns it
+// if it names a live holder: unreleased, and its file flocked by someone
+// (view tells). It returns nil when nobody holds key.
+func (s *LocalStore) liveRecord(key string, view *flockView) (*Record, error) {
+	f, id, err := openLockFile(s.lockPath(key), os.O_RDONLY)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
 	}
+	if err != nil {
+		return nil, lockFileErr(err)
+	}
+	defer f.Close()
+	rec, _, err := readRecord(f, key)
+	if err != nil || rec == nil || rec.Released {
+		return nil, err
+	}
+	locked, err := view.locked(f, id)
+	if err != nil || !locked {
+		return nil, err
+	}
+	// Read again: a winner that took the flock of a dead holder's file
+	// may have written its own record meanwhile.
+	if again, _, err := readRecord(f, key); err == nil && again != nil && !again.Released {
+		return again, nil
+	}
+	return nil, nil
 }
 
 // ReleaseAll releases every grant this instance holds, each as Release
-// would (R13). It goes on past failures and joins them.
+// would (R13): durable before it returns, a grant whose write failed kept.
+// Each release waits for its own file's fdatasync, so a few run at once.
+// It goes on past failures and joins them.
 func (s *LocalStore) ReleaseAll(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.usable(ctx); err != nil {
 		return err
-	}
-	if s.isClosed() {
-		return ErrClosed
 	}
 	s.mu.Lock()
 	grants := make([]Grant, 0, len(s.held))
@@ -366,40 +416,77 @@ func (s *LocalStore) ReleaseAll(ctx context.Context) error {
 		grants = append(grants, h.grant)
 	}
 	s.mu.Unlock()
-	var errs []error
-	for _, g := range grants {
-		if err := s.Release(ctx, g); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(grants))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(localReleaseWorkers, len(grants)) {
+		wg.Go(func() {
+			for i := range next {
+				errs[i] = s.Release(ctx, grants[i])
+			}
+		})
 	}
+	for i := range grants {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
 // Close gives up every flock this instance holds without writing, as a
-// crash would: the next holder of each key sees PreviousUnclean. Later
-// calls fail with ErrClosed. Close is idempotent.
+// crash would: the next holder of each key sees PreviousUnclean. It ends
+// the release watch. Later calls fail with ErrClosed. Close is idempotent.
 func (s *LocalStore) Close() error {
 	s.mu.Lock()
-	held := s.held
-	s.held = map[string]*localLock{}
-	s.closed = true
+	if s.done {
+		s.mu.Unlock()
+		return nil
+	}
+	s.done = true
+	close(s.closed)
+	held, spare, w := s.held, s.spare, s.watch
+	s.held, s.spare, s.watch = map[string]*localLock{}, map[string]*os.File{}, nil
 	s.mu.Unlock()
 	var errs []error
 	for _, h := range held {
 		errs = append(errs, s.unlock(h))
 	}
+	for _, f := range spare {
+		f.Close()
+	}
+	if w != nil {
+		w.stop()
+	}
 	return errors.Join(errs...)
 }
+
+// closedSignal returns a channel that is closed when Close begins.
+func (s *LocalStore) closedSignal() <-chan struct{} { return s.closed }
 
 // begin checks a call's key, context and store, then takes key's lock.
 func (s *LocalStore) begin(ctx context.Context, key string) (unlock func(), err error) {
 	return s.locks.begin(ctx, key, s.isClosed)
 }
 
+// usable refuses a call on a closed store or with an ended ctx.
+func (s *LocalStore) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
 func (s *LocalStore) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
 }
 
 // heldLock returns key's entry in the table, or nil.
@@ -409,9 +496,9 @@ func (s *LocalStore) heldLock(key string) *localLock {
 	return s.held[key]
 }
 
-// confirm finds the entry for g and checks that it still stands: the flock
-// is held, the lock file is still the locked inode, and the record names g.
-// A grant that no longer stands is dropped and reported as ErrLost.
+// confirm finds the entry for g and checks that it still stands: the lock
+// file is still the locked inode, and the record names g. A grant that no
+// longer stands is dropped and reported as ErrLost.
 func (s *LocalStore) confirm(op string, g Grant) (*localLock, error) {
 	if err := ValidateKey(g.Key); err != nil {
 		return nil, err
@@ -424,7 +511,7 @@ func (s *LocalStore) confirm(op string, g Grant) (*localLock, error) {
 	if err != nil {
 		return nil, s.storageErr(op, g.Key, err)
 	}
-	if !h.fl.Locked() || !names(rec, h.grant) || !s.stillLinked(g.Key, h) {
+	if !names(rec, h.grant) || !s.stillLinked(g.Key, h) {
 		s.drop(g.Key, h)
 		return nil, lost(g.Key, g.Epoch)
 	}
@@ -437,40 +524,67 @@ func names(rec *Record, g Grant) bool {
 	return rec != nil && !rec.Released && rec.Owner == g.Owner && rec.Epoch == g.Epoch
 }
 
-// tryLock takes key's flock without waiting. locked is false when another
-// holder has it. The lock file is created if missing and never removed.
+// tryLock takes key's flock without waiting, on one descriptor that then
+// also reads and writes the record. locked is false when another holder
+// has the flock. A missing lock file is created whole first (createLockFile).
 //
 // After the flock is taken, the path must still name the inode that was
 // locked: if someone replaced the file, the flock would guard a file that
-// nobody else opens. The order below checks that without reading the
-// locked descriptor's timestamps (see fileIDOf): the record descriptor is
-// opened first and pins its inode, whose number therefore cannot be reused;
-// the flock's own open comes next; and a path that names the pinned inode
-// both before and after that open named it during the open too, since the
-// store never unlinks, renames or links lock files.
+// nobody else opens. The descriptor pins its inode, whose number therefore
+// cannot be reused, so a path that names that inode after the flock named
+// it when the flock was taken (the store never unlinks, renames or links
+// over lock files).
 func (s *LocalStore) tryLock(key string) (h *localLock, locked bool, err error) {
 	path := s.lockPath(key)
-	f, err := openFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, false, lockFileErr(err)
+	f, id := s.takeSpare(key)
+	if f == nil {
+		f, id, err = openLockFile(path, os.O_RDWR)
+		if errors.Is(err, os.ErrNotExist) {
+			if err := s.createLockFile(key); err != nil {
+				return nil, false, lockFileErr(err)
+			}
+			f, id, err = openLockFile(path, os.O_RDWR)
+		}
+		if err != nil {
+			return nil, false, lockFileErr(err)
+		}
 	}
-	id, err := fileIDOf(f)
-	if err != nil {
-		f.Close()
-		return nil, false, err
-	}
-	fl := flock.New(path, flock.SetFlag(os.O_RDONLY|openFlags))
 	s.roundTrips.Add(1)
-	if ok, err := fl.TryLock(); err != nil || !ok {
-		f.Close()
+	if locked, err = flockTry(f); err != nil || !locked {
+		s.keepSpare(key, f)
 		return nil, false, lockFileErr(err)
 	}
-	h = &localLock{fl: fl, f: f, id: id}
+	h = &localLock{f: f, id: id}
 	if !s.stillLinked(key, h) {
 		s.unlock(h)
 		return nil, false, fmt.Errorf("lock file %s was replaced while being locked", path)
 	}
 	return h, true, nil
+}
+
+// createLockFile makes key's lock file, whole: its absent marker (write 1,
+// see localrecord.go) is written under a temporary name, made durable and
+// linked into place, so that no store ever sees the file empty. link(2)
+// fails with EEXIST when another store created the file first, which is as
+// good. The first grant written into the file makes its name durable
+// (acquireLocked).
+func (s *LocalStore) createLockFile(key string) error {
+	tmp, err := createTemp(s.root, ".new-")
+	if err != nil {
+		return lockFileErr(err)
+	}
+	defer os.Remove(tmp.Name())
+	err = writeRecord(tmp, 1, absentRecord(key))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), s.lockPath(key)); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // stillLinked reports whether key's lock file path still names the inode
@@ -480,26 +594,10 @@ func (s *LocalStore) stillLinked(key string, h *localLock) bool {
 	return err == nil && now.same(h.id)
 }
 
-// flockFree reports whether nobody holds key's flock, by taking it for an
-// instant. It never creates a lock file.
-func (s *LocalStore) flockFree(key string) (bool, error) {
-	fl := flock.New(s.lockPath(key), flock.SetFlag(os.O_RDONLY|openFlags))
-	s.roundTrips.Add(1)
-	ok, err := fl.TryLock()
-	if errors.Is(err, os.ErrNotExist) {
-		return true, nil
-	}
-	if err != nil || !ok {
-		return false, lockFileErr(err)
-	}
-	s.roundTrips.Add(1)
-	return true, fl.Unlock()
-}
-
 // peek reads key's record without the flock. A reader racing a writer may
 // see the slot being written torn; it then reads the other, older slot.
 func (s *LocalStore) peek(key string) (*Record, error) {
-	f, err := openFile(s.lockPath(key), os.O_RDONLY, 0)
+	f, _, err := openLockFile(s.lockPath(key), os.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -511,27 +609,18 @@ func (s *LocalStore) peek(key string) (*Record, error) {
 	return rec, err
 }
 
-// openFile opens a lock file with openFlags. It skips what os.OpenFile
-// does to try a file with the network poller (four fcntl and an epoll call
-// that fail on a regular file anyway).
-func openFile(path string, flag int, perm uint32) (*os.File, error) {
-	for {
-		fd, err := syscall.Open(path, flag|openFlags, perm)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err != nil:
-			return nil, &os.PathError{Op: "open", Path: path, Err: err}
-		}
-		return os.NewFile(uintptr(fd), path), nil
-	}
-}
-
 // lockFileErr marks an error opening a lock file as ErrCorrupt when the
 // path names something the store cannot have made (a directory, a symlink,
-// a file it may not open): such a record cannot be read (R10). Other
-// errors, such as running out of descriptors, pass through.
+// a FIFO, a file it may not open): such a record cannot be read (R10).
+// Running out of descriptors says so (fdLimitError). Other errors pass
+// through.
 func lockFileErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		return &fdLimitError{err}
+	}
 	for _, e := range []error{syscall.ELOOP, syscall.EISDIR, syscall.ENOTDIR, syscall.EACCES, syscall.EPERM, syscall.ENXIO} {
 		if errors.Is(err, e) {
 			return corrupt("cannot open lock file: %w", err)
@@ -539,6 +628,20 @@ func lockFileErr(err error) error {
 	}
 	return err
 }
+
+// fdLimitError is running out of descriptors: each held key keeps one
+// open. It matches EMFILE or ENFILE, so that callers do not retry it as a
+// passing storage failure.
+type fdLimitError struct{ err error }
+
+func (e *fdLimitError) Error() string {
+	if errors.Is(e.err, syscall.ENFILE) {
+		return "too many open files in the system: raise the descriptor limit (fs.file-max); each held key keeps one open"
+	}
+	return "too many open files: raise the descriptor limit (ulimit -n); each held key keeps one open"
+}
+
+func (e *fdLimitError) Unwrap() error { return e.err }
 
 // write stores g (released or not) in h's file as write number seq, durably.
 func (s *LocalStore) write(h *localLock, seq uint64, g Grant, released bool) error {
@@ -551,14 +654,16 @@ func (s *LocalStore) write(h *localLock, seq uint64, g Grant, released bool) err
 	return nil
 }
 
-// storageErr wraps a storage failure. After Close it is ErrClosed: a call
+// storageErr wraps a storage failure; running out of descriptors says so
+// (fdLimitError). After Close it is ErrClosed: a call
 // in flight may find its descriptors closed under it.
 func (s *LocalStore) storageErr(op, key string, err error) error {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.isClosed() {
 		return ErrClosed
+	}
+	var limit *fdLimitError
+	if !errors.As(err, &limit) && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
+		err = &fdLimitError{err}
 	}
 	return &StorageError{Op: op, Key: key, Err: err}
 }
@@ -575,17 +680,29 @@ func (s *LocalStore) drop(key string, h *localLock) {
 	}
 }
 
-// unlock gives up h's flock and closes both descriptors, once: Close and
-// a call in flight may both try.
+// giveBack gives up the flock of a refused acquire. A watched key keeps
+// the descriptor for its next try: closing a writable descriptor on a lock
+// file wakes every waiter on the key (watchRelease), and waiters refused
+// alike, say on a corrupt record, would wake each other without end.
+func (s *LocalStore) giveBack(key string, h *localLock) {
+	h.done.Do(func() {
+		s.roundTrips.Add(1)
+		if err := flockUnlock(h.f); err != nil {
+			h.f.Close()
+			return
+		}
+		s.keepSpare(key, h.f)
+	})
+}
+
+// unlock gives up h's flock and closes its descriptor, once: Close and a
+// call in flight may both try. The flock is given up before the close, so
+// that a waiter woken by the close (watchRelease) finds it free.
 func (s *LocalStore) unlock(h *localLock) error {
 	var err error
 	h.done.Do(func() {
-		var ferr error
-		if h.f != nil {
-			ferr = h.f.Close()
-		}
 		s.roundTrips.Add(1)
-		err = errors.Join(h.fl.Unlock(), ferr)
+		err = errors.Join(flockUnlock(h.f), h.f.Close())
 	})
 	return err
 }

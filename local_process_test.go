@@ -3,9 +3,19 @@
 package lease
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestLocalProcessKilled: a holder killed with SIGKILL frees the key at
@@ -56,4 +66,152 @@ func TestLocalNotInherited(t *testing.T) {
 	if r := c.recv(t); r != "held next 2" {
 		t.Fatalf("child: %q; want held next 2", r)
 	}
+}
+
+// A local child is the test binary run again as a plain process for the
+// tests below, which need what the store child of proc_test.go cannot do:
+// open a store only when told (so that many processes open at once), or
+// run with a low descriptor limit. It reads commands on stdin and answers
+// each with one "RESULT ..." line:
+//
+//	open ROOT        NewLocalStore(ROOT) and Close → "RESULT ok" | "RESULT err <text>"
+//	emfile ROOT      lower the descriptor limit, then acquire keys on ROOT
+//	                 until one fails → "RESULT err <emfile?> <text>"
+const childEnvLocal = "LEASE_TEST_LOCAL_CHILD"
+
+// TestLocalChild is the local child's entry point; run directly it does nothing.
+func TestLocalChild(t *testing.T) {
+	if os.Getenv(childEnvLocal) == "" {
+		return
+	}
+	fmt.Println("RESULT ready")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		cmd, arg, _ := strings.Cut(sc.Text(), " ")
+		switch cmd {
+		case "open":
+			s, err := NewLocalStore(arg, WithOwner(os.Getenv(childEnvLocal)))
+			if err == nil {
+				err = s.Close()
+			}
+			if err != nil {
+				fmt.Printf("RESULT err %v\n", err)
+			} else {
+				fmt.Println("RESULT ok")
+			}
+		case "emfile":
+			fmt.Printf("RESULT %s\n", acquireUntilNoDescriptors(arg))
+		default:
+			t.Fatalf("unknown command %q", sc.Text())
+		}
+	}
+}
+
+// acquireUntilNoDescriptors lowers this process's descriptor limit a
+// little above what it has open, then acquires keys until one fails, and
+// says how the failure reads.
+func acquireUntilNoDescriptors(root string) string {
+	s, err := NewLocalStore(root, WithOwner("hoarder"))
+	if err != nil {
+		return "err " + err.Error()
+	}
+	defer s.Close()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return "err " + err.Error()
+	}
+	lim := syscall.Rlimit{Cur: uint64(len(ents) + 16), Max: uint64(len(ents) + 16)}
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		return "err " + err.Error()
+	}
+	lim.Max = old.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return "err " + err.Error()
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	for i := range 1000 {
+		if _, err := s.Acquire(ctxBG, fmt.Sprintf("k%d", i)); err != nil {
+			return fmt.Sprintf("err %v %v", errors.Is(err, syscall.EMFILE), err)
+		}
+	}
+	return "ok: 1000 keys held under a limit of " + strconv.FormatUint(lim.Cur, 10)
+}
+
+// startLocalChild runs a local child named name.
+func startLocalChild(t *testing.T, name string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLocalChild$", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), childEnvLocal+"="+name)
+	c := &child{owner: name, cmd: cmd, results: make(chan string, 16), exited: make(chan error, 1), stderr: new(bytes.Buffer)}
+	cmd.Stderr = c.stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting child %s: %v", name, err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if line, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
+				c.results <- line
+			}
+		}
+		close(c.results)
+		c.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		c.stdin.Close()
+		select {
+		case <-c.exited:
+		case <-time.After(30 * time.Second): // a guard, not a wait for time to pass
+			c.cmd.Process.Kill()
+		}
+	})
+	if got := c.recv(t); got != "ready" {
+		t.Fatalf("child %s: %s", name, got)
+	}
+	return c
+}
+
+// TestLocalProcessesOpenFreshRoot: 8 processes opening stores at the same
+// instant on a root that does not exist yet all succeed, 20 rounds over.
+func TestLocalProcessesOpenFreshRoot(t *testing.T) {
+	children := make([]*child, 8)
+	for i := range children {
+		children[i] = startLocalChild(t, fmt.Sprintf("opener-%d", i))
+	}
+	dir := t.TempDir()
+	for round := range 20 {
+		root := filepath.Join(dir, fmt.Sprintf("fresh-%d", round))
+		for _, c := range children { // each child is blocked reading stdin: this is the barrier
+			c.send(t, "open "+root)
+		}
+		for _, c := range children {
+			if got := c.recv(t); got != "ok" {
+				t.Fatalf("round %d: %s: %s; want every open to succeed", round, c.owner, got)
+			}
+		}
+	}
+	stopChildren(t, children)
+}
+
+// TestLocalOutOfDescriptors: running out of descriptors while acquiring
+// (each held key keeps one open) is an error that says so, names the key
+// and matches syscall.EMFILE, so that Hold does not retry it as a passing
+// storage failure.
+func TestLocalOutOfDescriptors(t *testing.T) {
+	c := startLocalChild(t, "hoarder")
+	c.send(t, "emfile "+t.TempDir())
+	got := c.recv(t)
+	if !strings.HasPrefix(got, "err true ") || !strings.Contains(got, "too many open files: raise the descriptor limit") ||
+		!strings.Contains(got, `acquire "k`) {
+		t.Fatalf("acquiring past the descriptor limit: %s; want an error matching EMFILE that names the key and says to raise the limit", got)
+	}
+	stopChildren(t, []*child{c})
 }

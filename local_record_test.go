@@ -1,3 +1,5 @@
+//go:build unix
+
 package lease
 
 // Fail closed and crash safety of the local store's record (R2, R7, R10).
@@ -9,9 +11,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
-
-	"github.com/gofrs/flock"
 )
 
 // TestLocalFailClosed: a record that cannot be read or parsed is refused
@@ -45,6 +46,7 @@ func TestLocalFailClosed(t *testing.T) {
 		damage func(good []byte) []byte
 		want   error
 	}{
+		{"emptied", func(g []byte) []byte { return g[:0] }, ErrCorrupt},
 		{"truncated to one byte", func(g []byte) []byte { return g[:1] }, ErrCorrupt},
 		{"truncated mid slot", func(g []byte) []byte { return g[:slotLen/2] }, ErrCorrupt},
 		{"truncated after slot 0", func(g []byte) []byte { return g[:slotStride] }, ErrCorrupt},
@@ -166,12 +168,29 @@ func TestLocalUnopenable(t *testing.T) {
 // wantFlockFree checks that nothing holds the flock on path.
 func wantFlockFree(t *testing.T, path string) {
 	t.Helper()
-	fl := flock.New(path, flock.SetFlag(os.O_RDONLY))
-	ok, err := fl.TryLock()
-	if err != nil || !ok {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Fatalf("flock on %s still taken (%v): a refused acquire must give it back", path, err)
 	}
-	fl.Unlock()
+}
+
+// flockByHand takes path's flock as another process would, on a
+// descriptor of its own; closing the file gives it up.
+func flockByHand(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		t.Fatalf("flock %s: %v", path, err)
+	}
+	return f
 }
 
 // TestLocalReleaseWriteFails: when the released record cannot be written,
@@ -273,5 +292,46 @@ func TestLocalTornWrites(t *testing.T) {
 		if rec, got, err := readRecord(f, key); err != nil || *rec != states[i] || got != seq {
 			t.Fatalf("after write %d: %+v seq %d, %v", seq, rec, got, err)
 		}
+	}
+}
+
+// TestLocalNewFile (R2, R4a): a lock file that was created but never
+// acquired (a crash between the two) holds only its absent marker: Holder
+// finds nobody, Holders lists nothing, and the next Acquire gets epoch 1.
+// An absent marker anywhere but write 1 is damage (R10).
+func TestLocalNewFile(t *testing.T) {
+	ctx := context.Background()
+	s := newLocal(t, t.TempDir(), WithOwner("a"))
+	if err := s.createLockFile("k"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(s.lockPath("k")); err != nil || fi.Size() != recFileLen {
+		t.Fatalf("a new lock file: %v, %v; want %d bytes", fi, err, recFileLen)
+	}
+	if _, err := s.Holder(ctx, "k"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Holder of a new file = %v; want ErrNotFound", err)
+	}
+	for rec, err := range s.Holders(ctx, "") {
+		t.Fatalf("Holders of a new file yielded %+v, %v", rec, err)
+	}
+	if err := s.createLockFile("k"); err != nil { // a racing creator that lost
+		t.Fatalf("creating an existing lock file = %v; want nil (EEXIST is as good)", err)
+	}
+	g := mustAcquire(t, s, "k")
+	if g.Epoch != 1 || g.PreviousUnclean {
+		t.Fatalf("first grant from a new file = %+v; want epoch 1 clean", g)
+	}
+	if err := s.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+
+	bad := make([]byte, recFileLen)
+	copy(bad, encodeSlot(3, absentRecord("k")))
+	copy(bad[slotStride:], encodeSlot(2, Record{Key: "k", Owner: "a", Epoch: 1, Released: true}))
+	if err := os.WriteFile(s.lockPath("k"), bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, "k"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Acquire over an absent marker at write 3 = %v; want ErrCorrupt", err)
 	}
 }

@@ -37,13 +37,19 @@ import (
 // fdatasync, so a grant or release the caller saw is never rolled back (R2,
 // R7).
 //
-// The reader also refuses a file of any size but 0 and recFileLen, and two
-// valid slots whose write numbers are not consecutive: no crash leaves
-// those. What the format cannot tell apart: a crash during the very first
-// write of a key (no grant was returned yet) can leave a file that is
-// short or fails both checksums; it reads as ErrCorrupt, as a record
-// damaged later would (R10: fail closed). An empty file is a key that was
-// never written.
+// A lock file never exists without a valid slot: it is created whole, by
+// writing it under a temporary name, making it durable and linking it into
+// place (see createLockFile), holding write number 1 in slot 0: an
+// "absent" marker that names the key and no holder (flagAbsent, epoch 0, no
+// owner). The first grant is write 2. So a missing file is a key never
+// written, and an empty, short or headerless file is damage (R10), which
+// the store refuses and never overwrites. Files written by older versions,
+// whose write 1 is already a grant, read the same way.
+//
+// The reader also refuses a file of any size but recFileLen, two valid
+// slots whose write numbers are not consecutive, a newer slot whose epoch
+// is lower than the older one's, and an absent marker anywhere but write 1:
+// no crash leaves those.
 const (
 	slotLen    = 1024                  // bytes per slot; fits the longest key and owner
 	slotStride = 4096                  // offset of slot 1: the slots never share a page
@@ -51,6 +57,7 @@ const (
 	slotHeader = 4 + 8 + 8 + 1 + 2 + 2 // magic, seq, epoch, flags, key and owner lengths
 	slotMagic  = "LKR1"
 	flagFreed  = 1 // the record is released
+	flagAbsent = 2 // write 1 of a new file: the key was never acquired
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -63,6 +70,9 @@ func encodeSlot(seq uint64, rec Record) []byte {
 	binary.BigEndian.PutUint64(b[12:], rec.Epoch)
 	if rec.Released {
 		b[20] = flagFreed
+	}
+	if rec.Epoch == 0 && rec.Owner == "" { // the absent marker (see absentRecord)
+		b[20] = flagAbsent
 	}
 	binary.BigEndian.PutUint16(b[21:], uint16(len(rec.Key)))
 	binary.BigEndian.PutUint16(b[23:], uint16(len(rec.Owner)))
@@ -81,7 +91,7 @@ func decodeSlot(b []byte) (seq uint64, rec Record, ok bool) {
 	seq = binary.BigEndian.Uint64(b[4:])
 	keyLen := int(binary.BigEndian.Uint16(b[21:]))
 	ownerLen := int(binary.BigEndian.Uint16(b[23:]))
-	if slotHeader+keyLen+ownerLen > slotLen-4 || b[20]&^flagFreed != 0 {
+	if slotHeader+keyLen+ownerLen > slotLen-4 || (b[20] != 0 && b[20] != flagFreed && b[20] != flagAbsent) {
 		return 0, Record{}, false
 	}
 	rec = Record{
@@ -96,35 +106,73 @@ func decodeSlot(b []byte) (seq uint64, rec Record, ok bool) {
 // slotOffset is where write number seq goes.
 func slotOffset(seq uint64) int64 { return int64((seq - 1) % 2 * slotStride) }
 
-// readRecord reads key's record from f. It returns nil and seq 0 for an
-// empty file (never written), and an error matching ErrCorrupt for anything
-// no store could have written (R10).
+// absentRecord is the record a new lock file holds as write 1: key, and
+// no holder. encodeSlot marks it with flagAbsent.
+func absentRecord(key string) Record { return Record{Key: key} }
+
+// isAbsent reports whether a decoded slot is the absent marker.
+func isAbsent(b []byte) bool { return b[20] == flagAbsent }
+
+// readRecord reads key's record from f. It returns nil and seq 1 for a
+// file that holds only its absent marker (created, never acquired), and an
+// error matching ErrCorrupt for anything no store could have written (R10),
+// including an empty file.
 func readRecord(f *os.File, key string) (rec *Record, seq uint64, err error) {
 	buf := make([]byte, recFileLen+1) // one byte more, to see a file that is too long
 	n, err := preadOnce(f, buf)
 	if err != nil {
 		return nil, 0, corrupt("cannot read lock file: %w", err)
 	}
-	switch n {
-	case 0:
-		return nil, 0, nil
-	case recFileLen:
-	default:
-		return nil, 0, corrupt("lock file is %d bytes, want 0 or %d", n, recFileLen)
+	if n != recFileLen {
+		return nil, 0, corrupt("lock file is %d bytes, want %d", n, recFileLen)
 	}
-	seq0, rec0, ok0 := decodeSlot(buf[:slotLen])
-	seq1, rec1, ok1 := decodeSlot(buf[slotStride : slotStride+slotLen])
+	return parseRecord(buf[:recFileLen], key)
+}
+
+// slotKey returns the key that the newest valid slot of a whole lock file
+// names, for a reader that knows the file but not the key.
+func slotKey(file []byte) (string, error) {
+	seq0, rec0, ok0 := decodeSlot(file[:slotLen])
+	seq1, rec1, ok1 := decodeSlot(file[slotStride : slotStride+slotLen])
+	switch {
+	case ok0 && (!ok1 || seq0 > seq1):
+		return rec0.Key, nil
+	case ok1:
+		return rec1.Key, nil
+	}
+	return "", corrupt("no slot holds a valid record")
+}
+
+// parseRecord reads key's record from a whole lock file's bytes.
+func parseRecord(file []byte, key string) (rec *Record, seq uint64, err error) {
+	s0, s1 := file[:slotLen], file[slotStride:slotStride+slotLen]
+	seq0, rec0, ok0 := decodeSlot(s0)
+	seq1, rec1, ok1 := decodeSlot(s1)
 	ok0 = ok0 && seq0 > 0 && slotOffset(seq0) == 0
 	ok1 = ok1 && seq1 > 0 && slotOffset(seq1) == slotStride
+	newest := s0
 	switch {
 	case ok0 && ok1 && seq0 != seq1+1 && seq1 != seq0+1:
 		return nil, 0, corrupt("slots hold writes %d and %d, want consecutive", seq0, seq1)
+	case ok0 && ok1 && seq0 > seq1 && rec0.Epoch < rec1.Epoch, ok0 && ok1 && seq1 > seq0 && rec1.Epoch < rec0.Epoch:
+		return nil, 0, corrupt("epoch went down from %d to %d", max(rec0.Epoch, rec1.Epoch), min(rec0.Epoch, rec1.Epoch))
 	case ok0 && (!ok1 || seq0 > seq1):
 		seq, rec = seq0, &rec0
 	case ok1:
-		seq, rec = seq1, &rec1
+		seq, rec, newest = seq1, &rec1, s1
 	default:
 		return nil, 0, corrupt("no slot holds a valid record")
+	}
+	if isAbsent(newest) {
+		switch {
+		case seq != 1:
+			return nil, 0, corrupt("absent marker at write %d, want 1", seq)
+		case rec.Key != key:
+			return nil, 0, corrupt("record for key %q stored under %q", rec.Key, key)
+		case rec.Epoch != 0 || rec.Owner != "" || rec.Released:
+			return nil, 0, corrupt("absent marker names a holder")
+		}
+		return nil, 1, nil
 	}
 	if err := checkRecord(*rec, key); err != nil {
 		return nil, 0, err

@@ -179,17 +179,23 @@ func (h *Held) plan(cfg holdConfig, ttl time.Duration) error {
 // successful attempt began: the grant's TTL is measured from then.
 func acquireWaiting(ctx context.Context, s Store, key string, failIfHeld bool) (Grant, time.Time, error) {
 	backoff := holdMinBackoff
+	var held error // the last attempt that found key held, if any
 	for {
 		start := time.Now()
 		g, err := s.Acquire(ctx, key)
 		if err == nil {
 			return g, start, nil
 		}
-		if failIfHeld || !retryable(err) {
-			return Grant{}, start, err
+		if errors.Is(err, ErrHeld) {
+			held = err
 		}
-		if ctx.Err() != nil {
-			return Grant{}, start, fmt.Errorf("lease: gave up waiting for %q: %w", key, errors.Join(ctx.Err(), err))
+		switch {
+		case failIfHeld:
+			return Grant{}, start, err
+		case ctx.Err() != nil: // perhaps during this attempt: its error may only say so
+			return Grant{}, start, gaveUp(ctx, key, err, held)
+		case !retryable(err):
+			return Grant{}, start, err
 		}
 		wait := jitter(backoff)
 		if he := (*HeldError)(nil); errors.As(err, &he) && !he.ExpiresAt.IsZero() {
@@ -202,9 +208,19 @@ func acquireWaiting(ctx context.Context, s Store, key string, failIfHeld bool) (
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return Grant{}, start, fmt.Errorf("lease: gave up waiting for %q: %w", key, errors.Join(ctx.Err(), err))
+			return Grant{}, start, gaveUp(ctx, key, err, held)
 		}
 	}
+}
+
+// gaveUp is Hold's error when ctx ends the wait: it matches ctx's error
+// and, if any attempt found key held, ErrHeld (with that *HeldError), even
+// when a later attempt failed otherwise or was cut short by ctx.
+func gaveUp(ctx context.Context, key string, last, held error) error {
+	if held != nil && !errors.Is(last, ErrHeld) {
+		last = held
+	}
+	return fmt.Errorf("lease: gave up waiting for %q: %w", key, errors.Join(ctx.Err(), last))
 }
 
 // retryable reports whether waiting may cure err: the key is held, or

@@ -30,6 +30,9 @@ var leaseBin string
 const patience = 60 * time.Second
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == guardCmd { // the in-process supervisor tests' guard
+		os.Exit(mainArgs(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	if role := os.Getenv("LEASE_TEST_ROLE"); role != "" {
 		os.Exit(childRole(role))
 	}
@@ -357,8 +360,8 @@ func TestRunDefaultStore(t *testing.T) {
 			t.Errorf("default store file: %v", err)
 		}
 		code, stdout, _ = runLease(t, dir, nil, "holder", "nightly")
-		if code != 0 || stdout != "nightly is free\n" {
-			t.Errorf("holder after run: status %d, stdout %q; want 0, free", code, stdout)
+		if code != 0 || !strings.HasPrefix(stdout, "nightly is free (") || !strings.HasSuffix(stdout, " released epoch 1 cleanly)\n") {
+			t.Errorf("holder after run: status %d, stdout %q; want 0, free, epoch 1 released cleanly", code, stdout)
 		}
 	})
 }
@@ -387,8 +390,8 @@ func TestRunKeepsDescriptors(t *testing.T) {
 	}
 }
 
-// TestRunForwardsSignals: SIGTERM sent to lease reaches COMMAND, and lease
-// exits with COMMAND's status.
+// TestRunForwardsSignals: SIGTERM sent to lease reaches COMMAND's group;
+// COMMAND exits on it, and lease exits 128+15 without needing SIGKILL.
 func TestRunForwardsSignals(t *testing.T) {
 	p := startLease(t, roleEnv("trap"), "run", "--store", "memory:", "k", "--", self(t))
 	if l := p.line(t); l != "ready" {
@@ -397,8 +400,11 @@ func TestRunForwardsSignals(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(t, "got terminated"); code != 3 {
-		t.Errorf("status %d; want COMMAND's 3", code)
+	if code := p.wait(t, "got terminated"); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("status %d; want 128+15", code)
+	}
+	if stderr := p.stderr.String(); strings.Contains(stderr, "SIGKILL") {
+		t.Errorf("stderr %q; want no SIGKILL for a COMMAND that exits on SIGTERM", stderr)
 	}
 }
 
@@ -438,8 +444,8 @@ func TestRunOneAtATime(t *testing.T) {
 		if code := b.wait(t, "out"); code != 0 {
 			t.Errorf("second lease: status %d; stderr %s", code, b.stderr.String())
 		}
-		if _, stdout, _ := runLease(t, t.TempDir(), nil, "holder", "--store", url, "k"); stdout != "k is free\n" {
-			t.Errorf("holder after both = %q; want free", stdout)
+		if _, stdout, _ := runLease(t, t.TempDir(), nil, "holder", "--store", url, "k"); stdout != "k is free ("+second[1]+" released epoch 2 cleanly)\n" {
+			t.Errorf("holder after both = %q; want free, released by %s", stdout, second[1])
 		}
 	})
 }

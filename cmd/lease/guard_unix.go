@@ -32,11 +32,11 @@ type guard struct {
 	argv       []string
 	stderr     io.Writer
 
-	pgid     int                // COMMAND's process group (its pid)
+	pgid     int                 // COMMAND's process group (its pid)
 	status   *syscall.WaitStatus // COMMAND's, once reaped
-	stopping bool               // SIGTERM (or a forwarded signal) was sent; SIGKILL follows after grace
-	killing  bool               // SIGKILL was sent; it is sent again every sweep until the tree is gone
-	noKids   bool               // the guard has no children left
+	stopping bool                // SIGTERM (or a forwarded signal) was sent; SIGKILL follows after grace
+	killing  bool                // SIGKILL was sent; it is sent again every sweep until the tree is gone
+	noKids   bool                // the guard has no children left
 }
 
 // run starts COMMAND and returns once COMMAND and every process it left

@@ -186,4 +186,3 @@ func cmdGuard(args []string, stderr io.Writer) int {
 	}
 	return g.run(control)
 }
-

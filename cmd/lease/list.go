@@ -38,13 +38,22 @@ func cmdList(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitStore, "%v", err)
 	}
 	defer s.Close()
-	for rec, err := range s.Holders(ctx, prefix) {
-		if err != nil {
-			return fail(stderr, exitStore, "%v", err)
-		}
-		printListed(stdout, rec, *asJSON)
+	if err := listHolders(ctx, s, prefix, stdout, *asJSON); err != nil {
+		return fail(stderr, exitStore, "%v", err)
 	}
 	return 0
+}
+
+// listHolders prints every live holder of a key beginning with prefix,
+// in the store's order (key order), one per line.
+func listHolders(ctx context.Context, s lease.Store, prefix string, w io.Writer, asJSON bool) error {
+	for rec, err := range s.Holders(ctx, prefix) {
+		if err != nil {
+			return err
+		}
+		printListed(w, rec, asJSON)
+	}
+	return nil
 }
 
 // parsePrefix parses flags on both sides of the optional PREFIX.

@@ -64,7 +64,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	sv := supervisor{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: stderr, sigc: sigc, grace: f.grace,
-		guard: []string{exe, guardCmd}, lockDir: lockDirOf(url),
+		guard: []string{exe, guardCmd}, lockDir: lockDirOf(url), subreaper: true,
 	}
 	return sv.run(h, argv)
 }

@@ -27,6 +27,10 @@ type supervisor struct {
 	grace          time.Duration    // stop signal to SIGKILL
 	guard          []string         // how to start the guard: this binary and guardCmd
 	lockDir        string           // the file: store's directory, whose lock files the guard keeps open; "" for other stores
+	// subreaper: lease run becomes the child subreaper of the guard's
+	// tree, so that it can kill what is left if the guard is killed. Off
+	// in tests that run the supervisor inside the test binary.
+	subreaper bool
 }
 
 // leaseEnv describes the grant to COMMAND, so that it can fence its writes

@@ -36,8 +36,9 @@ type reason struct {
 // environment; it waits for the guard, whose status is COMMAND's, and
 // releases the lease. It returns lease run's exit status.
 func (sv supervisor) run(h holding, argv []string) int {
-	// If the guard is killed, COMMAND's orphans come here to be killed.
-	setSubreaper()
+	if sv.subreaper { // if the guard is killed, COMMAND's orphans come here to be killed
+		setSubreaper()
+	}
 	cmd, orders, err := sv.startGuard(h.Grant(), argv)
 	if err != nil {
 		sv.release(h)
@@ -75,7 +76,9 @@ func (sv supervisor) run(h holding, argv []string) int {
 		// The guard itself was killed: COMMAND died with it (its parent-
 		// death signal) and its orphans came here. Leave the lease as a
 		// crash would, so that the next holder recovers.
-		killOrphans()
+		if sv.subreaper {
+			killOrphans()
+		}
 		return fail(sv.stderr, 128+int(ws.Signal()), "the guard of %s was killed by signal %d (%v); its processes were killed; the lease is left unreleased",
 			argv[0], int(ws.Signal()), ws.Signal())
 	}

@@ -252,8 +252,8 @@ func TestLossKillsGroupAfterGrace(t *testing.T) {
 	if d := exited.Sub(stopping); d < grace/2 {
 		t.Errorf("lease exited %v after the loss; want SIGKILL after the %v grace first", d, grace)
 	}
-	if stderr := p.stderr.String(); !strings.Contains(stderr, "lease lost") || !strings.Contains(stderr, "SIGKILL") {
-		t.Errorf("stderr %q; want the loss and the SIGKILL reported", stderr)
+	if stderr := p.stderr.String(); !strings.Contains(stderr, "lease lost") || !strings.Contains(stderr, "SIGKILL") || !logLines(stderr, 2) {
+		t.Errorf("stderr %q; want two log lines: the loss and the SIGKILL", stderr)
 	}
 	noZombies(t)
 }
@@ -366,7 +366,7 @@ func TestTimeoutOnSlowStoreIsHeld(t *testing.T) {
 	defer conn.ExecContext(context.Background(), "ROLLBACK")
 
 	code, stdout, stderr := runLease(t, t.TempDir(), nil, "run", "--store", "sqlite:"+path, "--timeout", "3s", "k", "--", "echo", "ran")
-	if code != exitConflict || stdout != "" || !strings.Contains(stderr, `held by "ghost"`) || strings.Count(stderr, "\n") != 1 {
+	if code != exitConflict || stdout != "" || !strings.Contains(stderr, `held by "ghost"`) || !logLines(stderr, 1) {
 		t.Errorf("status %d, stdout %q, stderr %q; want %d, nothing run, one line naming ghost", code, stdout, stderr, exitConflict)
 	}
 	if time.Now().Before(expires) {

@@ -248,6 +248,18 @@ func requireStore(t *testing.T, url string) {
 	s.Close()
 }
 
+// logLines reports whether stderr is n lines, each starting with the one
+// "lease: " prefix it holds, as errors should read in a log.
+func logLines(stderr string, n int) bool {
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "lease: ") || strings.Count(l, "lease: ") != 1 {
+			return false
+		}
+	}
+	return len(lines) == n && strings.HasSuffix(stderr, "\n")
+}
+
 func roleEnv(role string) []string { return []string{"LEASE_TEST_ROLE=" + role} }
 
 // TestUsageErrors: bad command lines, unknown schemes and invalid keys
@@ -466,7 +478,7 @@ func TestRunNoWait(t *testing.T) {
 		} {
 			args := append(append([]string{"run", "--store", url}, tc.args...), "k", "--", "echo", "ran")
 			code, stdout, stderr := runLease(t, t.TempDir(), nil, args...)
-			if code != tc.want || stdout != "" || !strings.Contains(stderr, "held by") || strings.Count(stderr, "\n") != 1 {
+			if code != tc.want || stdout != "" || !strings.Contains(stderr, "held by") || !logLines(stderr, 1) {
 				t.Errorf("lease %v: status %d, stdout %q, stderr %q; want %d, nothing run, one line naming the holder",
 					tc.args, code, stdout, stderr, tc.want)
 			}

@@ -47,19 +47,9 @@ func (g *guard) run(control *os.File) int {
 	// Caught, not ignored: COMMAND then starts with the default actions.
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, parentDeathSignal)
 
-	cmd := exec.Command(g.argv[0], g.argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = commandAttr(g.foreground)
-	if err := cmd.Start(); err != nil {
-		code := exitNoExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = exitNotFound
-		}
-		return fail(g.stderr, code, "cannot run %s: %v", g.argv[0], err)
+	if code := g.start(); code != 0 {
+		return code
 	}
-	g.pgid = cmd.Process.Pid
-	// The guard reaps every child itself (COMMAND and the orphans it
-	// inherits as subreaper), so cmd.Wait is never called.
 	kids, none := make(chan reaped, 16), make(chan struct{})
 	go reapAll(kids, none)
 	orders, parentGone := make(chan byte, 8), make(chan struct{})
@@ -96,7 +86,9 @@ func (g *guard) run(control *os.File) int {
 			g.kill()
 		case <-graceUp:
 			graceUp = nil
-			warn(g.stderr, "processes of %s still running %v after the stop signal; sending SIGKILL", g.argv[0], g.grace)
+			if g.treeAlive(reaper) {
+				warn(g.stderr, "processes of %s still running %v after the stop signal; sending SIGKILL", g.argv[0], g.grace)
+			}
 			g.kill()
 		case <-sweep:
 		}
@@ -110,6 +102,25 @@ func (g *guard) run(control *os.File) int {
 		}
 	}
 	return exitStatus(*g.status)
+}
+
+// start starts COMMAND in a process group of its own; on failure it
+// returns lease run's status for it (126 or 127), having said why.
+func (g *guard) start() int {
+	cmd := exec.Command(g.argv[0], g.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = commandAttr(g.foreground)
+	if err := cmd.Start(); err != nil {
+		code := exitNoExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = exitNotFound
+		}
+		return fail(g.stderr, code, "cannot run %s: %v", g.argv[0], err)
+	}
+	// The guard reaps every child itself (COMMAND and the orphans it
+	// inherits as subreaper), so cmd.Wait is never called.
+	g.pgid = cmd.Process.Pid
+	return 0
 }
 
 // orderStop is the order lease run sends when the lease is lost: SIGTERM,

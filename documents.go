@@ -563,3 +563,23 @@ func (s *DocumentStore) resolved(op string, p pendingWrite, cause error, rec *Re
 	}
 	return errSuperseded
 }
+
+// Record returns key's stored record whatever its state (released,
+// expired or live); ErrNotFound if the key was never written. It writes
+// nothing. The command line's `lease holder` uses it to say what a free
+// key's last holder left: its epoch and whether it released cleanly.
+func (s *DocumentStore) Record(ctx context.Context, key string) (Record, error) {
+	unlock, err := s.begin(ctx, key)
+	if err != nil {
+		return Record{}, err
+	}
+	defer unlock()
+	rec, _, err := s.read(ctx, "record", key)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec == nil {
+		return Record{}, ErrNotFound
+	}
+	return *rec, nil
+}

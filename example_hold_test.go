@@ -19,7 +19,7 @@ func ExampleHold() {
 	alice, _ := lease.NewDocumentStore(backend, lease.WithOwner("alice"))
 	bob, _ := lease.NewDocumentStore(backend, lease.WithOwner("bob"))
 
-	h, err := lease.Hold(ctx, alice, "profiles/42")
+	h, err := lease.Hold(ctx, alice, "profile:42")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -28,7 +28,7 @@ func ExampleHold() {
 	fmt.Println("alice holds", g.Key, "epoch", g.Epoch, "recover:", g.PreviousUnclean)
 
 	// Work runs under h.Context(), which ends if the lease is lost.
-	_, err = lease.Hold(ctx, bob, "profiles/42", lease.FailIfHeld())
+	_, err = lease.Hold(ctx, bob, "profile:42", lease.FailIfHeld())
 	var held *lease.HeldError
 	if errors.As(err, &held) {
 		fmt.Println("bob: held by", held.Owner, "epoch", held.Epoch)
@@ -39,7 +39,7 @@ func ExampleHold() {
 	}
 	fmt.Println("alice's work stopped:", errors.Is(context.Cause(h.Context()), lease.ErrLost))
 
-	hb, err := lease.Hold(ctx, bob, "profiles/42", lease.FailIfHeld())
+	hb, err := lease.Hold(ctx, bob, "profile:42", lease.FailIfHeld())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -47,7 +47,7 @@ func ExampleHold() {
 	defer hb.Release(ctx)
 	fmt.Println("bob holds epoch", hb.Grant().Epoch)
 	// Output:
-	// alice holds profiles/42 epoch 1 recover: false
+	// alice holds profile:42 epoch 1 recover: false
 	// bob: held by alice epoch 1
 	// alice's work stopped: true
 	// bob holds epoch 2
@@ -63,7 +63,7 @@ func ExampleRun() {
 	}
 	defer store.Close()
 
-	err = lease.Run(ctx, store, "nightly-report", func(ctx context.Context, g lease.Grant) error {
+	err = lease.Run(ctx, store, "nightly", func(ctx context.Context, g lease.Grant) error {
 		// Do the work, passing g.Epoch with every write so that the
 		// resource can reject writes from an older holder.
 		fmt.Println("running with epoch", g.Epoch)
@@ -71,10 +71,71 @@ func ExampleRun() {
 	})
 	fmt.Println("run:", err)
 
-	_, err = store.Holder(ctx, "nightly-report")
+	_, err = store.Holder(ctx, "nightly")
 	fmt.Println("free again:", errors.Is(err, lease.ErrNotFound))
 	// Output:
 	// running with epoch 1
 	// run: <nil>
 	// free again: true
+}
+
+// recoverProfile stands for a service's crash recovery: replay a journal,
+// check invariants, rebuild from the source of truth.
+func recoverProfile(ctx context.Context, id string, epoch uint64) error {
+	fmt.Println("recovering profile", id, "at epoch", epoch)
+	return nil
+}
+
+// serveProfile stands for a service's work on a profile: it must stop
+// when ctx ends, and pass epoch with every write it makes.
+func serveProfile(ctx context.Context, id string, epoch uint64) error {
+	fmt.Println("serving profile", id, "at epoch", epoch)
+	return nil
+}
+
+// serveWithRun is the README's Run example.
+func serveWithRun(ctx context.Context, store lease.Store) error {
+	err := lease.Run(ctx, store, "profile:42", func(ctx context.Context, g lease.Grant) error {
+		if g.PreviousUnclean {
+			// The previous holder died without releasing: recover first.
+			if err := recoverProfile(ctx, "42", g.Epoch); err != nil {
+				return err
+			}
+		}
+		return serveProfile(ctx, "42", g.Epoch) // must return when ctx ends
+	})
+	if errors.Is(err, lease.ErrLost) {
+		return fmt.Errorf("profile:42 was lost while serving; the work was told to stop: %w", err)
+	}
+	return err
+}
+
+// serveWithHold is the README's Hold example.
+func serveWithHold(ctx context.Context, store lease.Store) error {
+	h, err := lease.Hold(ctx, store, "profile:42") // waits while someone else holds it
+	if err != nil {
+		return err
+	}
+	defer h.Release(context.Background())
+	return serveProfile(h.Context(), "42", h.Grant().Epoch) // stops when the lease is lost
+}
+
+// Run and Hold serve a profile while they keep its lease; each use is a
+// new holder with the next epoch.
+func Example_serve() {
+	ctx := context.Background()
+	store, err := lease.Open(ctx, "memory:")
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	if err := serveWithRun(ctx, store); err != nil {
+		fmt.Println(err)
+	}
+	if err := serveWithHold(ctx, store); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// serving profile 42 at epoch 1
+	// serving profile 42 at epoch 2
 }

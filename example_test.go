@@ -2,8 +2,11 @@ package lease_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/leasekit/lease"
@@ -76,25 +79,77 @@ func ExampleGrant_PreviousUnclean() {
 	// Output: epoch 2, previous unclean: true
 }
 
+// Profile is a protected resource that fences its writers: it remembers
+// the newest epoch it has seen and refuses older ones.
+type Profile struct {
+	newestEpoch uint64
+	data        []byte
+}
+
+// In the protected resource (a database row, a storage bucket, a queue):
+func (p *Profile) Save(epoch uint64, data []byte) error {
+	if epoch < p.newestEpoch {
+		return fmt.Errorf("stale writer: epoch %d, newest is %d", epoch, p.newestEpoch)
+	}
+	p.newestEpoch = epoch
+	p.data = data
+	return nil
+}
+
 // A protected resource fences writes with the epoch: once it has seen a
 // newer holder, a stale holder's late write is refused.
 func Example_fencing() {
-	var newest uint64
-	write := func(g lease.Grant, what string) error {
-		if g.Epoch < newest {
-			return fmt.Errorf("stale epoch %d, newest is %d", g.Epoch, newest)
-		}
-		newest = g.Epoch
-		fmt.Println("wrote", what, "at epoch", g.Epoch)
-		return nil
-	}
-	old := lease.Grant{Key: "profile:42", Owner: "host-a", Epoch: 7}
-	cur := lease.Grant{Key: "profile:42", Owner: "host-b", Epoch: 8}
-	_ = write(old, "a")
-	_ = write(cur, "b")
-	fmt.Println(write(old, "c"))
+	var p Profile
+	fmt.Println(p.Save(7, []byte("a"))) // the holder at epoch 7
+	fmt.Println(p.Save(8, []byte("b"))) // the next holder
+	fmt.Println(p.Save(7, []byte("c"))) // epoch 7 wakes from a long pause
 	// Output:
-	// wrote a at epoch 7
-	// wrote b at epoch 8
-	// stale epoch 7, newest is 8
+	// <nil>
+	// <nil>
+	// stale writer: epoch 7, newest is 8
+}
+
+// errStaleEpoch: a newer holder has written the profile.
+var errStaleEpoch = errors.New("stale epoch: a newer holder exists")
+
+// saveProfile writes a profile only if no newer holder has: the write
+// carries the holder's epoch, and the row keeps the newest it has seen.
+func saveProfile(ctx context.Context, db *sql.DB, id string, data []byte, epoch uint64) error {
+	res, err := db.ExecContext(ctx,
+		`UPDATE profiles SET data = ?, epoch = ? WHERE id = ? AND epoch <= ?`,
+		data, epoch, id, epoch)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return errStaleEpoch // a newer holder exists: this holder must stop
+	}
+	return nil
+}
+
+// Fencing in SQL: the row refuses a write from an older epoch than the
+// newest that wrote it.
+func Example_fencingSQL() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "lease-fencing-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", filepath.Join(dir, "app.db")) // the driver the sqlite: store uses
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE profiles (id TEXT PRIMARY KEY, data BLOB, epoch INTEGER NOT NULL);
+		INSERT INTO profiles VALUES ('42', NULL, 0)`); err != nil {
+		panic(err)
+	}
+	fmt.Println(saveProfile(ctx, db, "42", []byte("new"), 2))
+	fmt.Println(saveProfile(ctx, db, "42", []byte("late"), 1))
+	// Output:
+	// <nil>
+	// stale epoch: a newer holder exists
 }

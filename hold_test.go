@@ -638,3 +638,38 @@ func TestRunStopsWhenCallerCancels(t *testing.T) {
 		}
 	})
 }
+
+// TestHoldGivesUpHeldWhenStoreIsSlow: R4e. A waiter whose context ends
+// while a store call is in flight (the call hangs until then) or after
+// calls began failing still reports the key as held, since an earlier
+// attempt found it held: the error matches ErrHeld, names the holder, and
+// matches the context's error.
+func TestHoldGivesUpHeldWhenStoreIsSlow(t *testing.T) {
+	for _, mode := range []outageMode{outageHang, outageFail} {
+		t.Run(map[outageMode]string{outageHang: "hang", outageFail: "fail"}[mode], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newHoldEnv(t)
+				mustAcquire(t, e.store("bob", time.Hour), "job")
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				defer cancel()
+				alice := e.store("alice", holdTTL)
+				errc := make(chan error, 1)
+				go func() {
+					_, err := Hold(ctx, alice, "job")
+					errc <- err
+				}()
+				synctest.Wait() // the first attempt found bob; alice backs off
+				gets, _ := e.d.calls()
+				e.d.set(mode)
+				err := <-errc
+				if later, _ := e.d.calls(); later == gets {
+					t.Fatal("no attempt after the store slowed: the test checks nothing")
+				}
+				var he *HeldError
+				if !errors.As(err, &he) || he.Owner != "bob" || !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("Hold = %v; want ErrHeld naming bob and DeadlineExceeded", err)
+				}
+			})
+		})
+	}
+}

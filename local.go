@@ -719,3 +719,28 @@ func pause(ctx context.Context, try int) error {
 		return nil
 	}
 }
+
+// Record returns key's stored record whatever its state (released, or
+// left by a holder that died, or live); ErrNotFound if the key was never
+// written. It reads the lock file without creating or locking it, so no
+// other store can notice the look. A record whose holder died reads as
+// unreleased: whether the flock is still held is Holder's question.
+func (s *LocalStore) Record(ctx context.Context, key string) (Record, error) {
+	if err := ValidateKey(key); err != nil {
+		return Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	if s.isClosed() {
+		return Record{}, ErrClosed
+	}
+	rec, err := s.peek(key)
+	switch {
+	case err != nil:
+		return Record{}, s.storageErr("record", key, err)
+	case rec == nil:
+		return Record{}, ErrNotFound
+	}
+	return *rec, nil
+}

@@ -97,8 +97,8 @@ func benchReleaseAll(b *testing.B, n int) {
 	b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/op")
 }
 
-// holdMany makes a store on a fresh root that holds n keys.
-func holdMany(b *testing.B, n int) *LocalStore {
+// localHoldMany makes a store on a fresh root that holds n keys.
+func localHoldMany(b *testing.B, n int) *LocalStore {
 	s, err := NewLocalStore(b.TempDir(), WithOwner("bench"))
 	if err != nil {
 		b.Fatal(err)
@@ -113,7 +113,7 @@ func holdMany(b *testing.B, n int) *LocalStore {
 }
 
 func benchFloorList(b *testing.B, n int) {
-	s := holdMany(b, n)
+	s := localHoldMany(b, n)
 	ents, err := os.ReadDir(s.root)
 	if err != nil {
 		b.Fatal(err)
@@ -137,7 +137,7 @@ func benchFloorList(b *testing.B, n int) {
 }
 
 func benchHolders(b *testing.B, n int) {
-	s := holdMany(b, n)
+	s := localHoldMany(b, n)
 	ctx := context.Background()
 	b.ResetTimer()
 	for range b.N {

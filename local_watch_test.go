@@ -28,15 +28,15 @@ func inotifyFDs(t *testing.T) int {
 	return n
 }
 
-// waiter counts the wakes of one watchRelease and signals each.
-type waiter struct {
+// wakeCounter counts the wakes of one watchRelease and signals each.
+type wakeCounter struct {
 	count atomic.Int64
 	woken chan struct{}
 }
 
-func newWaiter() *waiter { return &waiter{woken: make(chan struct{}, 1)} }
+func newWaiter() *wakeCounter { return &wakeCounter{woken: make(chan struct{}, 1)} }
 
-func (w *waiter) wake() {
+func (w *wakeCounter) wake() {
 	w.count.Add(1)
 	select {
 	case w.woken <- struct{}{}:
@@ -45,7 +45,7 @@ func (w *waiter) wake() {
 }
 
 // await waits for the next wake, failing the test if none comes.
-func (w *waiter) await(t *testing.T, what string) {
+func (w *wakeCounter) await(t *testing.T, what string) {
 	t.Helper()
 	select {
 	case <-w.woken:

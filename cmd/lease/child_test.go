@@ -13,6 +13,10 @@ import (
 // The tests run COMMAND as this test binary re-executed with
 // LEASE_TEST_ROLE naming what it should do; see TestMain.
 
+// extraRoles are roles defined where they are used (by test files for
+// one system).
+var extraRoles = map[string]func() int{}
+
 // childRole plays one COMMAND role and returns its exit status.
 func childRole(role string) int {
 	switch role {
@@ -41,6 +45,9 @@ func childRole(role string) int {
 	case "kill-self":
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		time.Sleep(time.Hour)
+	}
+	if r, ok := extraRoles[role]; ok {
+		return r()
 	}
 	if code, err := strconv.Atoi(role); err == nil {
 		return code // exit with this status

@@ -6,28 +6,44 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/leasekit/lease"
 )
 
-// holderJSON is lease holder --json's output. Owner, epoch and expires
-// are absent when the key is free; expires is absent for grants that
-// never expire (the file: store).
+// holderJSON is lease holder --json's output, and each line of lease list
+// --json. Owner, epoch and expires describe a live holder; expires is
+// absent for grants that never expire (the file: store). For a free key,
+// last_owner, last_epoch and released describe what its last holder left
+// (absent if it was never held): released false means that holder ended
+// without releasing, and the next holder gets PreviousUnclean.
 type holderJSON struct {
-	Key     string     `json:"key"`
-	Held    bool       `json:"held"`
-	Owner   string     `json:"owner,omitempty"`
-	Epoch   uint64     `json:"epoch,omitempty"`
-	Expires *time.Time `json:"expires,omitempty"`
+	Key       string     `json:"key"`
+	Held      bool       `json:"held"`
+	Owner     string     `json:"owner,omitempty"`
+	Epoch     uint64     `json:"epoch,omitempty"`
+	Expires   *time.Time `json:"expires,omitempty"`
+	LastOwner string     `json:"last_owner,omitempty"`
+	LastEpoch uint64     `json:"last_epoch,omitempty"`
+	Released  *bool      `json:"released,omitempty"`
 }
 
-// cmdHolder is "lease holder": print who holds KEY, or that it is free.
+// recordReader is a store that can show a key's record whatever its
+// state; both of the library's stores can.
+type recordReader interface {
+	Record(ctx context.Context, key string) (lease.Record, error)
+}
+
+// cmdHolder is "lease holder": print who holds KEY, or what its last
+// holder left.
 func cmdHolder(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("holder")
 	store := fs.String("store", "", "store URL")
 	asJSON := fs.Bool("json", false, "print JSON")
 	key, rest, err := parseKey(fs, args)
+	url := storeURL(*store)
 	switch {
 	case err != nil:
 	case len(rest) > 0:
@@ -35,14 +51,17 @@ func cmdHolder(args []string, stdout, stderr io.Writer) int {
 	default:
 		if verr := lease.ValidateKey(key); verr != nil {
 			err = usagef("%v", verr)
+		} else if serr := checkScheme(url); serr != nil {
+			err = usagef("%v", serr)
 		}
 	}
 	if err != nil {
 		return exitFor(err, stdout, stderr)
 	}
-	url := storeURL(*store)
-	if err := checkScheme(url); err != nil {
-		return fail(stderr, exitUsage, "%v", err)
+	out := holderJSON{Key: key}
+	if missing := missingStore(url); missing != "" {
+		printHolder(stdout, out, *asJSON, missing)
+		return 0
 	}
 	ctx := context.Background()
 	s, err := lease.Open(ctx, url)
@@ -51,31 +70,86 @@ func cmdHolder(args []string, stdout, stderr io.Writer) int {
 	}
 	defer s.Close()
 	rec, err := s.Holder(ctx, key)
-	out := holderJSON{Key: key}
 	switch {
 	case errors.Is(err, lease.ErrNotFound):
+		if err := lastHolder(ctx, s, key, &out); err != nil {
+			return fail(stderr, exitStore, "%v", err)
+		}
 	case err != nil:
 		return fail(stderr, exitStore, "%v", err)
 	default:
-		out.Held, out.Owner, out.Epoch = true, rec.Owner, rec.Epoch
-		if !rec.ExpiresAt.IsZero() {
-			exp := rec.ExpiresAt.UTC()
-			out.Expires = &exp
-		}
+		out = heldJSON(rec)
 	}
-	if *asJSON {
+	printHolder(stdout, out, *asJSON, "")
+	return 0
+}
+
+// heldJSON describes a live holder's record.
+func heldJSON(rec lease.Record) holderJSON {
+	out := holderJSON{Key: rec.Key, Held: true, Owner: rec.Owner, Epoch: rec.Epoch}
+	if !rec.ExpiresAt.IsZero() {
+		exp := rec.ExpiresAt.UTC()
+		out.Expires = &exp
+	}
+	return out
+}
+
+// lastHolder fills in what free key's last holder left, if anything.
+func lastHolder(ctx context.Context, s lease.Store, key string, out *holderJSON) error {
+	rr, ok := s.(recordReader)
+	if !ok {
+		return nil
+	}
+	rec, err := rr.Record(ctx, key)
+	switch {
+	case errors.Is(err, lease.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	out.LastOwner, out.LastEpoch, out.Released = rec.Owner, rec.Epoch, &rec.Released
+	return nil
+}
+
+// printHolder prints out as JSON or as a sentence; why says why nothing
+// was looked up (a store that does not exist).
+func printHolder(w io.Writer, out holderJSON, asJSON bool, why string) {
+	if asJSON {
 		b, _ := json.Marshal(out) // cannot fail: plain fields
-		fmt.Fprintf(stdout, "%s\n", b)
-		return 0
+		fmt.Fprintf(w, "%s\n", b)
+		return
 	}
 	switch {
-	case !out.Held:
-		fmt.Fprintf(stdout, "%s is free\n", key)
-	case out.Expires == nil:
-		fmt.Fprintf(stdout, "%s is held by %s (epoch %d), no expiry\n", key, out.Owner, out.Epoch)
-	default:
-		fmt.Fprintf(stdout, "%s is held by %s (epoch %d) until %s\n", key, out.Owner, out.Epoch,
+	case why != "":
+		fmt.Fprintf(w, "%s is free (%s)\n", out.Key, why)
+	case out.Held && out.Expires == nil:
+		fmt.Fprintf(w, "%s is held by %s (epoch %d), no expiry\n", out.Key, out.Owner, out.Epoch)
+	case out.Held:
+		fmt.Fprintf(w, "%s is held by %s (epoch %d) until %s\n", out.Key, out.Owner, out.Epoch,
 			out.Expires.Format(time.RFC3339Nano))
+	case out.Released == nil:
+		fmt.Fprintf(w, "%s is free (never held)\n", out.Key)
+	case *out.Released:
+		fmt.Fprintf(w, "%s is free (%s released epoch %d cleanly)\n", out.Key, out.LastOwner, out.LastEpoch)
+	default:
+		fmt.Fprintf(w, "%s is free (%s never released epoch %d: the next holder gets PreviousUnclean)\n",
+			out.Key, out.LastOwner, out.LastEpoch)
 	}
-	return 0
+}
+
+// missingStore returns why nothing can be held when url names a store
+// that does not exist yet (an SQLite file or a file: directory), so that
+// looking does not create it; "" when the store may exist.
+func missingStore(url string) string {
+	path, ok := strings.CutPrefix(url, "sqlite:")
+	if !ok {
+		path = lockDirOf(url)
+	}
+	if path == "" {
+		return ""
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return fmt.Sprintf("nothing is held: %s does not exist", path)
+	}
+	return ""
 }

@@ -1,10 +1,11 @@
 // Command lease holds a keyed lease while a command runs, in the manner
-// of flock(1), etcdctl lock and consul lock, and reports who holds a key.
+// of flock(1), etcdctl lock and consul lock, and reports who holds keys.
 //
 // Usage:
 //
 //	lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] KEY -- COMMAND [ARGS...]
 //	lease holder [--store URL] [--json] KEY
+//	lease list [--store URL] [--json] [PREFIX]
 //
 // The store URL comes from --store, else $LEASE_STORE, else
 // "sqlite:lease.db" in the current directory.
@@ -17,10 +18,76 @@
 //	75                     KEY is held and --no-wait was given or --timeout ran out (--conflict-exit-code sets it)
 //	76                     the lease was lost while COMMAND ran; COMMAND was stopped
 //	126, 127               COMMAND could not be started / was not found
-//	128+N                  lease itself was ended by signal N while waiting for KEY
+//	128+N                  lease itself got signal N (SIGINT, SIGTERM, SIGHUP), while waiting for KEY
+//	                       or while COMMAND ran (COMMAND's group was then stopped)
 //
-// lease holder exits 0 whether KEY is held or free, 2 on usage errors and
-// 69 when the store fails.
+// lease holder and lease list exit 0 whether keys are held or not, 2 on
+// usage errors and 69 when the store fails. Neither creates a store that
+// does not exist.
+//
+// # Nothing COMMAND started outlives the lease
+//
+// The promise of lease run is that COMMAND's work ends before the lease can
+// pass on, whatever happens to lease run itself. Three processes share
+// the work:
+//
+//	lease run ── guard (lease _guard) ── COMMAND ── what COMMAND starts
+//
+// lease run holds the lease: it waits for KEY, renews it, releases it, and
+// tells the guard what to do over a pipe (one byte per order: stop because
+// the lease was lost, or forward signal N). It starts the guard only once
+// the lease is held, and releases the lease only after the guard has
+// exited, which the guard does only once COMMAND's whole tree is gone.
+//
+// The guard starts COMMAND in a new process group and is its parent. On
+// Linux it is the child subreaper of COMMAND's tree (PR_SET_CHILD_SUBREAPER):
+// every process the tree orphans, even one that left the group (setsid, a
+// double fork), becomes the guard's child, so the guard can see the whole
+// tree in /proc, signal it, and reap it: no zombie or orphan is left. To
+// stop the tree it sends SIGTERM (or the forwarded signal) to the group
+// and, after --grace, SIGKILL to the group and to every descendant,
+// repeating the sweep until it has no child left. It exits only then,
+// with COMMAND's status. When COMMAND exits by itself but left processes
+// running, the guard stops those the same way before it exits.
+//
+// When lease run dies, even by SIGKILL, the guard learns it at once: the
+// pipe's write end closes (end of file; every system), and the kernel
+// sends it a catchable parent-death signal (SIGUSR1, Linux). It then
+// SIGKILLs the tree at once, without grace, reaps it, and exits. The guard
+// has a process group of its own, so that a signal to lease run's group
+// (a shell's job control, timeout(1)) does not kill it along with lease
+// run. COMMAND has SIGKILL as its own parent-death signal, and lease run
+// is a subreaper too: if the guard itself is killed, COMMAND dies with it
+// and lease run kills the orphans that come to it, and leaves the lease
+// unreleased, as a crash would.
+//
+// The lease is given up only after the tree is gone:
+//
+//   - A file: store's lease is a flock, held by an open file description
+//     that lease run's store opened. lease run passes copies of those
+//     descriptors to the guard (found in /proc/self/fd: the files open in
+//     the store's directory), and a flock is released only when the last
+//     copy closes (or on an explicit unlock). So when lease run dies, the
+//     flock lives on in the guard until the guard has killed and reaped
+//     the tree and exited: another lease run cannot get the key while any
+//     process of the tree lives. COMMAND never gets these descriptors
+//     (close-on-exec in the guard). When lease run releases the lease it
+//     unlocks the flock itself, after the guard has exited.
+//   - An expiring store's (sqlite:, mongodb://) lease runs out TTL after
+//     its last renewal. When lease run dies, the guard's kill lands within
+//     milliseconds, far within the TTL. When the lease is lost (a renewal
+//     found it taken, or renewals kept failing until a safety margin of
+//     TTL/6 before expiry), SIGKILL follows SIGTERM after --grace, which
+//     must be shorter than that margin (TTL/12 by default).
+//
+// What is not covered: lease run and its guard both killed at the same
+// instant (SIGKILL to both pids, a cgroup kill, the OOM killer taking
+// both): the kernel then kills COMMAND (its parent-death signal), but
+// processes it started may survive. On systems other than Linux there is
+// no subreaper, no parent-death signal and no way to list descriptors:
+// the guard still stops COMMAND's process group, on loss, on signals and
+// when lease run dies, but processes that leave the group are out of its
+// reach, and a file: store's flock ends with lease run itself.
 package main
 
 import (
@@ -47,6 +114,7 @@ const defaultStore = "sqlite:lease.db"
 const usage = `usage:
   lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] KEY -- COMMAND [ARGS...]
   lease holder [--store URL] [--json] KEY
+  lease list [--store URL] [--json] [PREFIX]
 
 Store URLs: sqlite:PATH, mongodb://HOST/DB?collection=C, postgres://HOST/DB?table=T, file:DIR, memory:
 (default: $LEASE_STORE, else sqlite:lease.db)
@@ -54,8 +122,13 @@ Store URLs: sqlite:PATH, mongodb://HOST/DB?collection=C, postgres://HOST/DB?tabl
 lease run holds KEY while COMMAND runs and passes it LEASE_KEY, LEASE_EPOCH,
 LEASE_OWNER, LEASE_EXPIRES and LEASE_PREVIOUS_UNCLEAN. It exits with
 COMMAND's status, 75 if KEY is held (--no-wait, --timeout), 76 if the lease
-was lost (COMMAND is then sent SIGTERM, and SIGKILL after --grace), 69 if the
-store fails, 2 on usage errors.
+was lost (COMMAND's group is then sent SIGTERM, and SIGKILL after --grace),
+128+N after signal N (forwarded to COMMAND's group, SIGKILL after --grace),
+69 if the store fails, 2 on usage errors. COMMAND and everything it started
+are gone before the lease is released, and are killed if lease dies.
+
+lease holder says who holds KEY, or what its last holder left.
+lease list prints KEY OWNER EPOCH EXPIRES for every held key under PREFIX.
 `
 
 func main() {
@@ -65,29 +138,40 @@ func main() {
 // mainArgs runs one subcommand and returns the exit status.
 func mainArgs(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		return fail(stderr, exitUsage, "missing subcommand: want run or holder (lease help)")
+		return fail(stderr, exitUsage, "missing subcommand: want run, holder or list (lease help)")
 	}
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdout, stderr)
 	case "holder":
 		return cmdHolder(args[1:], stdout, stderr)
+	case "list":
+		return cmdList(args[1:], stdout, stderr)
+	case guardCmd:
+		return cmdGuard(args[1:], stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	return fail(stderr, exitUsage, "unknown subcommand %q: want run or holder (lease help)", args[0])
+	return fail(stderr, exitUsage, "unknown subcommand %q: want run, holder or list (lease help)", args[0])
 }
 
-// fail prints a one-line message and returns code.
+// fail prints a one-line message with one "lease: " prefix and returns
+// code. Library errors wrap one another, each with its own prefix, and
+// joined errors span lines: both are folded here.
 func fail(stderr io.Writer, code int, format string, args ...any) int {
-	msg := fmt.Sprintf(format, args...)
-	msg = strings.ReplaceAll(strings.TrimSpace(msg), "\n", "; ")
-	if !strings.HasPrefix(msg, "lease: ") {
-		msg = "lease: " + msg
-	}
-	fmt.Fprintln(stderr, msg)
+	fmt.Fprintln(stderr, oneLine(fmt.Sprintf(format, args...)))
 	return code
+}
+
+// oneLine makes msg one line that says "lease: " once, at the start.
+func oneLine(msg string) string {
+	msg = strings.ReplaceAll(strings.TrimSpace(msg), "\n", "; ")
+	msg = strings.TrimPrefix(msg, "lease: ")
+	for _, sep := range []string{": ", "; ", "(", " "} {
+		msg = strings.ReplaceAll(msg, sep+"lease: ", sep)
+	}
+	return "lease: " + msg
 }
 
 // warn prints a one-line message.

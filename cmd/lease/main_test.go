@@ -30,6 +30,9 @@ var leaseBin string
 const patience = 60 * time.Second
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == guardCmd { // the in-process supervisor tests' guard
+		os.Exit(mainArgs(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	if role := os.Getenv("LEASE_TEST_ROLE"); role != "" {
 		os.Exit(childRole(role))
 	}
@@ -245,6 +248,18 @@ func requireStore(t *testing.T, url string) {
 	s.Close()
 }
 
+// logLines reports whether stderr is n lines, each starting with the one
+// "lease: " prefix it holds, as errors should read in a log.
+func logLines(stderr string, n int) bool {
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "lease: ") || strings.Count(l, "lease: ") != 1 {
+			return false
+		}
+	}
+	return len(lines) == n && strings.HasSuffix(stderr, "\n")
+}
+
 func roleEnv(role string) []string { return []string{"LEASE_TEST_ROLE=" + role} }
 
 // TestUsageErrors: bad command lines, unknown schemes and invalid keys
@@ -357,8 +372,8 @@ func TestRunDefaultStore(t *testing.T) {
 			t.Errorf("default store file: %v", err)
 		}
 		code, stdout, _ = runLease(t, dir, nil, "holder", "nightly")
-		if code != 0 || stdout != "nightly is free\n" {
-			t.Errorf("holder after run: status %d, stdout %q; want 0, free", code, stdout)
+		if code != 0 || !strings.HasPrefix(stdout, "nightly is free (") || !strings.HasSuffix(stdout, " released epoch 1 cleanly)\n") {
+			t.Errorf("holder after run: status %d, stdout %q; want 0, free, epoch 1 released cleanly", code, stdout)
 		}
 	})
 }
@@ -387,8 +402,8 @@ func TestRunKeepsDescriptors(t *testing.T) {
 	}
 }
 
-// TestRunForwardsSignals: SIGTERM sent to lease reaches COMMAND, and lease
-// exits with COMMAND's status.
+// TestRunForwardsSignals: SIGTERM sent to lease reaches COMMAND's group;
+// COMMAND exits on it, and lease exits 128+15 without needing SIGKILL.
 func TestRunForwardsSignals(t *testing.T) {
 	p := startLease(t, roleEnv("trap"), "run", "--store", "memory:", "k", "--", self(t))
 	if l := p.line(t); l != "ready" {
@@ -397,8 +412,11 @@ func TestRunForwardsSignals(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(t, "got terminated"); code != 3 {
-		t.Errorf("status %d; want COMMAND's 3", code)
+	if code := p.wait(t, "got terminated"); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("status %d; want 128+15", code)
+	}
+	if stderr := p.stderr.String(); strings.Contains(stderr, "SIGKILL") {
+		t.Errorf("stderr %q; want no SIGKILL for a COMMAND that exits on SIGTERM", stderr)
 	}
 }
 
@@ -438,8 +456,8 @@ func TestRunOneAtATime(t *testing.T) {
 		if code := b.wait(t, "out"); code != 0 {
 			t.Errorf("second lease: status %d; stderr %s", code, b.stderr.String())
 		}
-		if _, stdout, _ := runLease(t, t.TempDir(), nil, "holder", "--store", url, "k"); stdout != "k is free\n" {
-			t.Errorf("holder after both = %q; want free", stdout)
+		if _, stdout, _ := runLease(t, t.TempDir(), nil, "holder", "--store", url, "k"); stdout != "k is free ("+second[1]+" released epoch 2 cleanly)\n" {
+			t.Errorf("holder after both = %q; want free, released by %s", stdout, second[1])
 		}
 	})
 }
@@ -460,7 +478,7 @@ func TestRunNoWait(t *testing.T) {
 		} {
 			args := append(append([]string{"run", "--store", url}, tc.args...), "k", "--", "echo", "ran")
 			code, stdout, stderr := runLease(t, t.TempDir(), nil, args...)
-			if code != tc.want || stdout != "" || !strings.Contains(stderr, "held by") || strings.Count(stderr, "\n") != 1 {
+			if code != tc.want || stdout != "" || !strings.Contains(stderr, "held by") || !logLines(stderr, 1) {
 				t.Errorf("lease %v: status %d, stdout %q, stderr %q; want %d, nothing run, one line naming the holder",
 					tc.args, code, stdout, stderr, tc.want)
 			}

@@ -2,11 +2,33 @@
 
 package main
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
-// sysProcAttr puts COMMAND in its own process group, so that a lost lease
-// stops its children too. (Only Linux can also kill COMMAND when lease
-// dies.)
-func sysProcAttr() *syscall.SysProcAttr {
+// parentDeathSignal is never sent here: the guard learns of lease run's
+// death from its control pipe only.
+const parentDeathSignal = syscall.SIGUSR1
+
+// guardAttr starts the guard in a process group of its own; see the Linux
+// version.
+func guardAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+// commandAttr puts COMMAND in its own process group. (Only Linux can also
+// kill COMMAND when the guard dies.)
+func commandAttr(foreground bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+func inForeground(fd uintptr) bool { return false }
+
+// setSubreaper reports that this system has no child subreaper: orphans
+// of COMMAND's tree go to init, out of the guard's sight.
+func setSubreaper() bool { return false }
+
+func descendants(pid int) []int { return nil }
+
+// lockFiles finds no descriptors: there is no portable way to list them,
+// so here the file: store's flocks end with lease run itself.
+func lockFiles(dir string) ([]*os.File, error) { return nil, nil }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,17 +32,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.noWait, "no-wait", false, "fail at once if KEY is held")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up waiting for KEY after this long")
 	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status when KEY is held")
-	fs.DurationVar(&f.grace, "grace", 0, "after loss, SIGKILL this long after SIGTERM (default TTL/12)")
+	fs.DurationVar(&f.grace, "grace", 0, "after loss or a signal, SIGKILL this long after the stop signal (default TTL/12)")
 	key, argv, err := parseKey(fs, args)
+	url := storeURL(f.store)
 	if err == nil {
-		err = f.check(key, argv)
+		err = f.check(key, argv, url)
 	}
 	if err != nil {
 		return exitFor(err, stdout, stderr)
 	}
-	url := storeURL(f.store)
-	if err := checkScheme(url); err != nil {
-		return fail(stderr, exitUsage, "%v", err)
+	exe, err := os.Executable()
+	if err != nil {
+		return fail(stderr, exitNoExec, "cannot find this program to start its guard: %v", err)
 	}
 
 	// Until the wait for KEY starts, signals have their default effect:
@@ -60,12 +62,20 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if h == nil {
 		return code
 	}
-	sv := supervisor{stdin: os.Stdin, stdout: os.Stdout, stderr: stderr, sigc: sigc, grace: f.grace}
+	sv := supervisor{
+		stdin: os.Stdin, stdout: os.Stdout, stderr: stderr, sigc: sigc, grace: f.grace,
+		guard: []string{exe, guardCmd}, lockDir: lockDirOf(url), subreaper: true,
+	}
 	return sv.run(h, argv)
 }
 
-// check validates the command line beyond what the flag package does.
-func (f *runFlags) check(key string, argv []string) error {
+// minTTL is the shortest TTL the stores accept (records keep milliseconds).
+const minTTL = time.Millisecond
+
+// check validates the command line beyond what the flag package does,
+// before any store is opened: every mistake is a usage error, never a
+// store failure.
+func (f *runFlags) check(key string, argv []string, url string) error {
 	switch {
 	case len(argv) == 0:
 		return usagef("run: missing COMMAND after KEY (lease help)")
@@ -73,8 +83,8 @@ func (f *runFlags) check(key string, argv []string) error {
 		return usagef("run: --no-wait and --timeout exclude each other")
 	case f.timeout < 0:
 		return usagef("run: --timeout %v is negative", f.timeout)
-	case f.ttl <= 0:
-		return usagef("run: --ttl %v is not positive", f.ttl)
+	case f.ttl < minTTL:
+		return usagef("run: --ttl %v is below the %v minimum", f.ttl, minTTL)
 	case f.grace < 0:
 		return usagef("run: --grace %v is negative", f.grace)
 	case f.conflict < 0 || f.conflict > 255:
@@ -83,8 +93,22 @@ func (f *runFlags) check(key string, argv []string) error {
 	if err := lease.ValidateKey(key); err != nil {
 		return usagef("%v", err)
 	}
+	if err := checkScheme(url); err != nil {
+		return usagef("%v", err)
+	}
+	if !canSupervise {
+		return usagef("run: supervising COMMAND needs a Unix system")
+	}
+	// Renewals that keep failing end the lease a safety margin (TTL/6)
+	// before it expires; COMMAND must be gone by then.
+	margin := f.ttl / 6
+	switch {
+	case lockDirOf(url) != "": // file: grants never expire
+	case f.grace >= margin:
+		return usagef("run: --grace %v is not shorter than the safety margin (a sixth of --ttl %v): COMMAND could outlive the lease; raise --ttl", f.grace, f.ttl)
+	}
 	if f.grace == 0 {
-		f.grace = f.ttl / 12 // half the default safety margin: COMMAND is gone before the lease could pass on
+		f.grace = f.ttl / 12 // half the safety margin
 	}
 	return nil
 }
@@ -123,9 +147,14 @@ func (f *runFlags) hold(s lease.Store, key string, sigc <-chan os.Signal, stderr
 		}
 		return nil, 128 + signum(got)
 	}
+	var held *lease.HeldError
 	switch {
 	case err == nil:
 		return h, 0
+	case errors.As(err, &held) && f.timeout > 0:
+		return nil, fail(stderr, f.conflict, "gave up after --timeout %v: %s", f.timeout, strings.TrimPrefix(held.Error(), "lease: "))
+	case errors.As(err, &held):
+		return nil, fail(stderr, f.conflict, "%v", held)
 	case errors.Is(err, lease.ErrHeld):
 		return nil, fail(stderr, f.conflict, "%v", err)
 	case errors.Is(err, lease.ErrInvalidKey):

@@ -2,20 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
-	"io/fs"
 	"os"
-	"os/exec"
 	"strconv"
-	"syscall"
+	"strings"
 	"time"
 
 	"github.com/leasekit/lease"
 )
-
-// releaseTimeout bounds the release after COMMAND exits.
-const releaseTimeout = 10 * time.Second
 
 // holding is what the supervisor needs of a *lease.Held.
 type holding interface {
@@ -24,74 +18,19 @@ type holding interface {
 	Release(ctx context.Context) error
 }
 
-// supervisor runs COMMAND while a lease is held and stops it if the lease
-// is lost.
+// supervisor runs COMMAND, through a guard process, while a lease is held,
+// and has it stopped if the lease is lost or lease run is signalled.
 type supervisor struct {
 	stdin          io.Reader // an *os.File, so COMMAND reads it directly
 	stdout, stderr io.Writer
-	sigc           <-chan os.Signal // forwarded to COMMAND
-	grace          time.Duration    // SIGTERM to SIGKILL, after a loss
-}
-
-// run starts argv with the grant in its environment, waits for it, and
-// releases the lease. It returns lease run's exit status.
-func (sv supervisor) run(h holding, argv []string) int {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = sv.stdin, sv.stdout, sv.stderr
-	cmd.Env = append(os.Environ(), leaseEnv(h.Grant())...)
-	cmd.SysProcAttr = sysProcAttr()
-	// Only stdin, stdout and stderr are inherited: Go opens every other
-	// descriptor (the store's database or lock file) close-on-exec.
-	if err := cmd.Start(); err != nil {
-		sv.release(h)
-		code := exitNoExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			code = exitNotFound
-		}
-		return fail(sv.stderr, code, "cannot run %s: %v", argv[0], err)
-	}
-	waited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // the status is in cmd.ProcessState
-		close(waited)
-	}()
-
-	lost := h.Context().Done()
-	var kill <-chan time.Time
-	wasLost := false
-	for done := false; !done; {
-		select {
-		case <-waited:
-			done = true
-		case sig := <-sv.sigc:
-			signalChild(cmd.Process, sig)
-		case <-lost:
-			lost, wasLost = nil, true
-			warn(sv.stderr, "%v; stopping %s", context.Cause(h.Context()), argv[0])
-			signalChild(cmd.Process, syscall.SIGTERM)
-			t := time.NewTimer(sv.grace)
-			defer t.Stop()
-			kill = t.C
-		case <-kill:
-			kill = nil
-			warn(sv.stderr, "%s still running %v after SIGTERM; sending SIGKILL", argv[0], sv.grace)
-			signalChild(cmd.Process, syscall.SIGKILL)
-		}
-	}
-	if wasLost {
-		sv.release(h) // records the release if nobody took the key
-		return exitLost
-	}
-	if err := sv.release(h); err != nil {
-		warn(sv.stderr, "releasing %s: %v", h.Grant().Key, err)
-	}
-	return exitStatus(cmd.ProcessState)
-}
-
-func (sv supervisor) release(h holding) error {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	return h.Release(ctx)
+	sigc           <-chan os.Signal // forwarded to COMMAND's group
+	grace          time.Duration    // stop signal to SIGKILL
+	guard          []string         // how to start the guard: this binary and guardCmd
+	lockDir        string           // the file: store's directory, whose lock files the guard keeps open; "" for other stores
+	// subreaper: lease run becomes the child subreaper of the guard's
+	// tree, so that it can kill what is left if the guard is killed. Off
+	// in tests that run the supervisor inside the test binary.
+	subreaper bool
 }
 
 // leaseEnv describes the grant to COMMAND, so that it can fence its writes
@@ -110,10 +49,25 @@ func leaseEnv(g lease.Grant) []string {
 	}
 }
 
-// exitStatus follows the shell: the exit code, or 128+N for signal N.
-func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+// closeAll closes files, ignoring errors: they are copies.
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
 	}
-	return ps.ExitCode()
+}
+
+// guardCmd is the hidden subcommand lease run starts its guard with.
+const guardCmd = "_guard"
+
+// lockDirOf returns the directory of a file: store URL, or "" for any
+// other store, the way lease.Open reads it.
+func lockDirOf(url string) string {
+	dir, ok := strings.CutPrefix(url, "file:")
+	if !ok {
+		return ""
+	}
+	if rest, ok := strings.CutPrefix(dir, "//"); ok {
+		dir = rest
+	}
+	return dir
 }

@@ -49,7 +49,7 @@ func superviseChild(t *testing.T, h holding, role string, grace time.Duration) (
 		t.Fatal(err)
 	}
 	var stderr syncBuffer
-	sv := supervisor{stdout: w, stderr: &stderr, sigc: make(chan os.Signal), grace: grace}
+	sv := supervisor{stdout: w, stderr: &stderr, sigc: make(chan os.Signal), grace: grace, guard: []string{self(t), guardCmd}}
 	done := make(chan int, 1)
 	go func() {
 		done <- sv.run(h, []string{self(t)})

@@ -36,7 +36,7 @@ func main() {
 	_, err = b.Acquire(ctx, "profile:42")
 	var held *lease.HeldError
 	if errors.As(err, &held) {
-		fmt.Printf("host-b refused: %v\n", err)
+		fmt.Printf("host-b refused: held by %s (epoch %d) for another %v\n", held.Owner, held.Epoch, held.ExpiresAt.Sub(now))
 	}
 
 	now = now.Add(5 * time.Second)
@@ -55,7 +55,7 @@ func main() {
 	restarted := open("host-a")
 	defer restarted.Close()
 	_, err = restarted.Renew(ctx, g)
-	fmt.Printf("host-a, restarted, tries its old grant: %v\n", err)
+	fmt.Printf("host-a, restarted, tries its old grant: lost: %v\n", errors.Is(err, lease.ErrLost))
 	must(b.Release(ctx, g2))
 	fmt.Println("host-b released; the next holder will get epoch", g2.Epoch+1)
 }

@@ -15,6 +15,7 @@ import (
 // It is safe for concurrent use; calls on one key are serialised.
 type DocumentStore struct {
 	d     Driver
+	caps  Capabilities // what d states about itself
 	cfg   config
 	locks keyLocks
 
@@ -61,6 +62,7 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	}
 	return &DocumentStore{
 		d:       d,
+		caps:    DriverCapabilities(d),
 		cfg:     cfg,
 		held:    make(map[string]heldGrant),
 		pending: make(map[string]pendingWrite),
@@ -316,7 +318,7 @@ func (s *DocumentStore) isClosed() bool {
 // record stored. Rounding down only shortens the holder's own lease.
 func (s *DocumentStore) expiry(now time.Time) time.Time {
 	exp := now.Add(s.cfg.ttl)
-	if r := expiryResolution(s.d); r > 0 {
+	if r := s.caps.ExpiryResolution; r > 0 {
 		exp = exp.Truncate(r)
 	}
 	return exp

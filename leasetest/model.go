@@ -1,56 +1,58 @@
-package lease
+package leasetest
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/leasekit/lease"
 	"pgregory.net/rapid"
 )
 
-// modelTTL is short so that clock steps cross expiries often.
-const modelTTL = 100 * time.Millisecond
-
-// modelKeys are the keys the model's stores fight over.
-var modelKeys = []string{"profile:1", "jobs/nightly"}
-
-// modelBackend is a store kind the model test runs against. Backends other
-// than memory register themselves from an init in their own test file.
-type modelBackend struct {
-	name string
-	// expires: grants expire at now+TTL. When false (the local store), a
-	// holder's lease ends only when its store crashes or releases.
-	expires bool
-	// newBackend makes fresh shared storage for one run and returns a
-	// function that opens one more store on it, with the given owner, the
-	// clock and modelTTL. Stores are closed by the model.
-	newBackend func(t *rapid.T, clock *fakeClock) (open func(owner string) Store)
+// TestModel checks open's stores against a reference model of R2-R7 with
+// pgregory.net/rapid: 2-4 stores on one backend make random acquires,
+// renews, releases and Holder calls while the clock jumps (to expiries, and
+// 1ms before them) and stores crash (Close without releasing, then a new
+// store with a new owner in their place). Each run uses keys of its own, so
+// every run shares the backend open gives t.
+//
+// checks is the number of runs; 0 uses rapid's -rapid.checks flag (100 by
+// default). A positive checks sets that flag while the test runs, so it
+// must not run in parallel with another rapid test.
+func TestModel(t *testing.T, open StoreOpener, checks int) {
+	ttl := probeTTL(t, open)
+	if checks > 0 {
+		defer setRapidChecks(t, checks)()
+	}
+	rapid.Check(t, func(rt *rapid.T) { newModel(rt, t, open, ttl).run() })
 }
 
-var modelBackends = []modelBackend{
-	{name: "memory", expires: true, newBackend: func(t *rapid.T, clock *fakeClock) func(string) Store {
-		d := NewMemoryDriver()
-		return func(owner string) Store {
-			s, err := NewDocumentStore(d, WithOwner(owner), WithClock(clock.Now), WithTTL(modelTTL))
-			if err != nil {
-				t.Fatalf("NewDocumentStore: %v", err)
-			}
-			return s
-		}
-	}},
-}
+var rapidFlagMu sync.Mutex // serialises TestModel calls that set -rapid.checks
 
-// TestModel checks every store kind against a reference model of R2-R7
-// under random acquires, renews, releases, clock steps and crashes.
-// `make mutants` runs it against broken variants of decide: it must fail.
-func TestModel(t *testing.T) {
-	for _, b := range modelBackends {
-		t.Run(b.name, func(t *testing.T) {
-			rapid.Check(t, func(rt *rapid.T) { newModel(rt, b).run() })
-		})
+// setRapidChecks sets -rapid.checks to n and returns what restores it.
+func setRapidChecks(t *testing.T, n int) (restore func()) {
+	f := flag.Lookup("rapid.checks")
+	if f == nil {
+		t.Fatal("rapid's -rapid.checks flag is not registered")
+	}
+	rapidFlagMu.Lock()
+	old := f.Value.String()
+	if err := f.Value.Set(strconv.Itoa(n)); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		f.Value.Set(old)
+		rapidFlagMu.Unlock()
 	}
 }
+
+// modelRuns numbers model runs, so that each uses keys and owners of its own.
+var modelRuns, modelOwners atomic.Int64
 
 // modelRecord is what the model believes a key's record says.
 type modelRecord struct {
@@ -63,29 +65,34 @@ type modelRecord struct {
 // modelSlot is one store instance: a process that may crash and restart
 // with a new owner.
 type modelSlot struct {
-	store  Store
+	store  lease.Store
 	owner  string
-	grants map[string]Grant // the last grant this instance got per key, held or not
+	grants map[string]lease.Grant // the last grant this instance got per key, held or not
 }
 
 type model struct {
 	t       *rapid.T
-	b       modelBackend
-	clock   *fakeClock
-	open    func(owner string) Store
+	ttl     time.Duration // 0: grants never expire; a holder ends when its store crashes
+	clock   *Clock
+	open    func(owner string) lease.Store
+	keys    []string
 	slots   []*modelSlot
 	records map[string]*modelRecord
 	dead    map[string]bool // owners whose store crashed
-	owners  int
 }
 
-func newModel(t *rapid.T, b modelBackend) *model {
-	m := &model{t: t, b: b, clock: newFakeClock(), records: map[string]*modelRecord{}, dead: map[string]bool{}}
-	m.open = b.newBackend(t, m.clock)
-	for range rapid.IntRange(2, 4).Draw(t, "stores") {
+func newModel(rt *rapid.T, t *testing.T, open StoreOpener, ttl time.Duration) *model {
+	run := modelRuns.Add(1)
+	m := &model{
+		t: rt, ttl: ttl, clock: NewClock(),
+		keys:    []string{fmt.Sprintf("model/%d/profile:1", run), fmt.Sprintf("model/%d/jobs/nightly", run)},
+		records: map[string]*modelRecord{}, dead: map[string]bool{},
+	}
+	m.open = func(owner string) lease.Store { return open(t, m.clock.Now, owner) }
+	for range rapid.IntRange(2, 4).Draw(rt, "stores") {
 		m.slots = append(m.slots, m.newSlot())
 	}
-	t.Cleanup(func() {
+	rt.Cleanup(func() {
 		for _, s := range m.slots {
 			s.store.Close()
 		}
@@ -94,28 +101,25 @@ func newModel(t *rapid.T, b modelBackend) *model {
 }
 
 func (m *model) newSlot() *modelSlot {
-	m.owners++
-	owner := fmt.Sprintf("owner-%d", m.owners)
-	return &modelSlot{store: m.open(owner), owner: owner, grants: map[string]Grant{}}
+	owner := fmt.Sprintf("owner-%d", modelOwners.Add(1))
+	return &modelSlot{store: m.open(owner), owner: owner, grants: map[string]lease.Grant{}}
 }
 
 func (m *model) run() {
 	m.t.Repeat(map[string]func(*rapid.T){
-		"acquire": m.acquire,
-		"renew":   m.renew,
-		"release": m.release,
-		"advance": m.advance,
-		"to expiry": func(t *rapid.T) {
-			m.toExpiry(t)
-		},
-		"crash": m.crash,
-		"":      m.check,
+		"acquire":   m.acquire,
+		"renew":     m.renew,
+		"release":   m.release,
+		"advance":   m.advance,
+		"to expiry": m.toExpiry,
+		"crash":     m.crash,
+		"":          m.check,
 	})
 }
 
 func (m *model) pick(t *rapid.T) (*modelSlot, string) {
 	i := rapid.IntRange(0, len(m.slots)-1).Draw(t, "slot")
-	return m.slots[i], rapid.SampledFrom(modelKeys).Draw(t, "key")
+	return m.slots[i], rapid.SampledFrom(m.keys).Draw(t, "key")
 }
 
 // live reports whether the model's record names a holder that may still work.
@@ -123,17 +127,17 @@ func (m *model) live(r *modelRecord) bool {
 	if r == nil || r.released {
 		return false
 	}
-	if m.b.expires {
+	if m.ttl > 0 {
 		return m.clock.Now().Before(r.expires)
 	}
 	return !m.dead[r.owner]
 }
 
 func (m *model) newExpiry() time.Time {
-	if !m.b.expires {
+	if m.ttl == 0 {
 		return time.Time{}
 	}
-	return m.clock.Now().Add(modelTTL)
+	return m.clock.Now().Add(m.ttl)
 }
 
 // holds reports whether slot holds the grant the record names.
@@ -154,14 +158,14 @@ func (m *model) acquire(t *rapid.T) {
 		return
 	}
 	if m.live(r) { // R4e
-		var held *HeldError
+		var held *lease.HeldError
 		if !errors.As(err, &held) || held.Owner != r.owner || held.Epoch != r.epoch {
 			t.Fatalf("Acquire(%s) by %s at %v = %+v, %v; want ErrHeld naming %s epoch %d until %v",
 				key, s.owner, m.clock.Now(), got, err, r.owner, r.epoch, r.expires)
 		}
 		return
 	}
-	want := Grant{Key: key, Owner: s.owner, Epoch: 1, ExpiresAt: m.newExpiry()}
+	want := lease.Grant{Key: key, Owner: s.owner, Epoch: 1, ExpiresAt: m.newExpiry()}
 	if r != nil { // R4b, R4d, R4f
 		want.Epoch = r.epoch + 1
 		want.PreviousUnclean = !r.released && !holds(s, key, r)
@@ -178,7 +182,7 @@ func (m *model) acquire(t *rapid.T) {
 }
 
 // matches reports whether the record still names g, unreleased (R6, R7).
-func matches(r *modelRecord, g Grant) bool {
+func matches(r *modelRecord, g lease.Grant) bool {
 	return r != nil && !r.released && r.owner == g.Owner && r.epoch == g.Epoch
 }
 
@@ -191,7 +195,7 @@ func (m *model) renew(t *rapid.T) {
 	r := m.records[key]
 	got, err := s.store.Renew(ctxBG, g)
 	if !matches(r, g) || !m.live(r) { // R6: after a steal, a release or expiry
-		if !errors.Is(err, ErrLost) || errors.Is(err, ErrHeld) {
+		if !errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrHeld) {
 			t.Fatalf("Renew(%+v) at %v = %+v, %v; want ErrLost (record %+v)", g, m.clock.Now(), got, err, r)
 		}
 		return
@@ -214,7 +218,7 @@ func (m *model) release(t *rapid.T) {
 	r := m.records[key]
 	err := s.store.Release(ctxBG, g)
 	if !matches(r, g) { // R7: after a steal or a release
-		if !errors.Is(err, ErrLost) {
+		if !errors.Is(err, lease.ErrLost) {
 			t.Fatalf("Release(%+v) = %v; want ErrLost (record %+v)", g, err, r)
 		}
 		return
@@ -225,15 +229,17 @@ func (m *model) release(t *rapid.T) {
 	r.released = true
 }
 
+// advance moves the clock by up to two TTLs, in whole milliseconds.
 func (m *model) advance(t *rapid.T) {
-	m.clock.Advance(time.Duration(rapid.IntRange(0, 2*int(modelTTL/time.Millisecond)).Draw(t, "ms")) * time.Millisecond)
+	limit := 2 * max(int(m.ttl/time.Millisecond), 100)
+	m.clock.Advance(time.Duration(rapid.IntRange(0, limit).Draw(t, "ms")) * time.Millisecond)
 }
 
 // toExpiry moves the clock to a live record's expiry or 1ms before it,
 // where off-by-one rules break.
 func (m *model) toExpiry(t *rapid.T) {
-	r := m.records[rapid.SampledFrom(modelKeys).Draw(t, "key")]
-	if !m.b.expires || !m.live(r) {
+	r := m.records[rapid.SampledFrom(m.keys).Draw(t, "key")]
+	if m.ttl == 0 || !m.live(r) {
 		t.Skip("no live expiring record")
 	}
 	at := r.expires
@@ -258,11 +264,11 @@ func (m *model) crash(t *rapid.T) {
 // check compares every key's live holder with the model: at most one, and
 // the right one.
 func (m *model) check(t *rapid.T) {
-	for _, key := range modelKeys {
+	for _, key := range m.keys {
 		r := m.records[key]
 		got, err := m.slots[0].store.Holder(ctxBG, key)
 		if !m.live(r) {
-			if !errors.Is(err, ErrNotFound) {
+			if !errors.Is(err, lease.ErrNotFound) {
 				t.Fatalf("Holder(%s) at %v = %+v, %v; want ErrNotFound (record %+v)", key, m.clock.Now(), got, err, r)
 			}
 			continue

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -298,6 +300,72 @@ var storeCases = []storeCase{
 		}
 		_, err := a.Acquire(ctxBG, "held/3")
 		wantErr(t, "Acquire after Close", err, lease.ErrClosed)
+	}},
+	{name: "R4 a previous life of the owner meets its record; renew at expiry is ErrLost", needsExpiry: true, run: func(t *testing.T, e env) {
+		a1 := e.store("alice")
+		g := mustAcquire(t, a1, "k")
+		a2 := e.store("alice")
+		_, err := a2.Acquire(ctxBG, "k")
+		var he *lease.HeldError
+		if !errors.As(err, &he) || he.Owner != "alice" || he.Epoch != 1 {
+			t.Fatalf("Acquire by a new instance of the owner = %v; want ErrHeld naming alice epoch 1 (R4e)", err)
+		}
+		e.clock.Set(g.ExpiresAt)
+		_, err = a2.Renew(ctxBG, g)
+		wantErr(t, "Renew at expiry through the other instance", err, lease.ErrLost)
+		_, err = a1.Renew(ctxBG, g)
+		wantErr(t, "Renew at expiry", err, lease.ErrLost)
+		wantGrant(t, e, mustAcquire(t, a2, "k"), "k", "alice", 2, true) // R4f, not R4d
+		wantErr(t, "Release by the previous life", a1.Release(ctxBG, g), lease.ErrLost)
+		if rec, err := a1.Holder(ctxBG, "k"); err != nil || rec.Epoch != 2 {
+			t.Fatalf("Holder = %+v, %v; want epoch 2", rec, err)
+		}
+	}},
+	{name: "R5 many goroutines on two stores: only grants, ErrHeld and ErrLost", run: func(t *testing.T, e env) {
+		stores := []lease.Store{e.store("alice"), e.store("bob")}
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				s, key := stores[i%2], fmt.Sprintf("k%d", i%3)
+				for j := range 30 {
+					g, err := s.Acquire(ctxBG, key)
+					if errors.Is(err, lease.ErrHeld) {
+						continue
+					}
+					if err != nil {
+						t.Errorf("Acquire: %v", err)
+						return
+					}
+					if _, err := s.Renew(ctxBG, g); err != nil && !errors.Is(err, lease.ErrLost) {
+						t.Errorf("Renew: %v", err)
+					}
+					if j%3 == 0 {
+						if err := s.Release(ctxBG, g); err != nil && !errors.Is(err, lease.ErrLost) {
+							t.Errorf("Release: %v", err)
+						}
+					}
+					if j%7 == 0 {
+						e.clock.Advance(e.ttl / 3)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}},
+	{name: "R1 owners of any printable ASCII renew and release", run: func(t *testing.T, e env) {
+		for i, owner := range []string{`a]b*c?[d^~!`, `"'\%_$.{}`, strings.Repeat("~", 256), "!", `.*`, `%`} {
+			s := e.store(owner)
+			key := fmt.Sprintf("odd%d", i)
+			g := mustAcquire(t, s, key)
+			e.clock.Advance(time.Second)
+			if _, err := s.Renew(ctxBG, g); err != nil {
+				t.Fatalf("owner %q: Renew = %v", owner, err)
+			}
+			wantErr(t, "Release", s.Release(ctxBG, g), nil)
+			if _, err := e.store("other").Holder(ctxBG, key); !errors.Is(err, lease.ErrNotFound) {
+				t.Fatalf("owner %q: Holder after Release = %v; want ErrNotFound", owner, err)
+			}
+		}
 	}},
 }
 

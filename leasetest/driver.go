@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ type DriverOpener = func(t *testing.T) lease.Driver
 func TestDriver(t *testing.T, open DriverOpener) {
 	caps := lease.DriverCapabilities(open(t))
 	t.Logf("capabilities: cross-process %v, expiry resolution %v", caps.CrossProcess, caps.ExpiryResolution)
-	t.Run("store", func(t *testing.T) { TestStore(t, driverStores(open)) })
+	runStore(t, driverStores(open))
 	for _, c := range driverCases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, open) })
 	}
@@ -120,6 +121,7 @@ var driverCases = []driverCase{
 		}}
 		raceRounds(t, e, 8, 10)
 	}},
+	{"R5 a loser names the winner even if it released in between", testLoserNamesReleasedWinner},
 	{"R9 ambiguous writes", testAmbiguousWrites},
 	{"R10 garbage records fail closed", testGarbageRecords},
 	{"R10 a corrupt stored record fails closed", testStoredCorruptRecord},
@@ -377,5 +379,49 @@ func testStoredCorruptRecord(t *testing.T, open DriverOpener) {
 	wantFailsClosed(t, newDocStore(t, d, NewClock().Now, "alice"))
 	if rec, after, err := d.Get(ctxBG, "k"); err != nil || after != v || !sameState(rec, bad) {
 		t.Fatalf("record after the refused calls = %+v v%d, %v; want it untouched (v%d)", rec, after, err, v)
+	}
+}
+
+// hookDriver runs beforePut once, just before the next Put reaches the
+// driver, so that another store can win the race in between.
+type hookDriver struct {
+	lease.Driver
+	mu        sync.Mutex // guards beforePut
+	beforePut func()
+}
+
+func (h *hookDriver) Capabilities() lease.Capabilities { return lease.DriverCapabilities(h.Driver) }
+
+func (h *hookDriver) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
+	h.mu.Lock()
+	fn := h.beforePut
+	h.beforePut = nil
+	h.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return h.Driver.Put(ctx, rec, pre)
+}
+
+// testLoserNamesReleasedWinner: alice reads the key free, bob acquires and
+// releases before alice's compare-and-swap, which fails. Alice lost the
+// race: she gets ErrHeld naming bob's grant, not a second win (R5).
+func testLoserNamesReleasedWinner(t *testing.T, open DriverOpener) {
+	clock := NewClock()
+	h := &hookDriver{Driver: open(t)}
+	a := newDocStore(t, h, clock.Now, "alice")
+	b := newDocStore(t, h.Driver, clock.Now, "bob") // same records, no hook
+	var won lease.Grant
+	h.beforePut = func() {
+		won = mustAcquire(t, b, "k")
+		wantErr(t, "bob's Release", b.Release(ctxBG, won), nil)
+	}
+	g, err := a.Acquire(ctxBG, "k")
+	var held *lease.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("alice's Acquire = %+v, %v; want ErrHeld naming bob", g, err)
+	}
+	if held.Owner != "bob" || held.Epoch != won.Epoch {
+		t.Fatalf("HeldError names %q epoch %d; want bob epoch %d", held.Owner, held.Epoch, won.Epoch)
 	}
 }

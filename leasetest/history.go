@@ -336,7 +336,8 @@ func CheckHistory(t *testing.T, r *Recorder, ttl time.Duration) {
 
 // TestLinearizable runs 4 stores on one backend, calling Acquire, Renew,
 // Release and Holder at once on 2 keys, over 8 rounds between which the
-// clock jumps (past expiries, to them, or not at all), and checks the
+// clock jumps (by up to a TTL, to the last round's expiries or 1ms before
+// them, or not at all), and checks the
 // recorded history with CheckHistory.
 func TestLinearizable(t *testing.T, open StoreOpener) {
 	ttl := probeTTL(t, open)
@@ -370,11 +371,13 @@ func TestLinearizable(t *testing.T, open StoreOpener) {
 			})
 		}
 		wg.Wait()
-		switch rng.IntN(3) { // the clock moves only between rounds
+		switch rng.IntN(4) { // the clock moves only between rounds
 		case 0:
 			clock.Advance(time.Duration(rng.Int64N(int64(ttl)+1)) / time.Millisecond * time.Millisecond)
-		case 1:
+		case 1: // to the expiry of the last round's grants
 			clock.Advance(ttl)
+		case 2: // to 1ms before it
+			clock.Advance(ttl - time.Millisecond)
 		}
 	}
 	CheckHistory(t, rec, ttl)

@@ -94,6 +94,11 @@ type storeCase struct {
 // linearizability of concurrent histories (TestLinearizable). Cases about
 // expiry are skipped, saying so, for a store whose grants never expire.
 func TestStore(t *testing.T, open StoreOpener) {
+	runStore(t, open)
+}
+
+// runStore runs TestStore's cases as subtests of t.
+func runStore(t *testing.T, open StoreOpener) {
 	ttl := probeTTL(t, open)
 	if ttl == 0 {
 		t.Log("grants never expire (ExpiresAt is zero): the cases about expiry do not apply")

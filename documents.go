@@ -52,6 +52,8 @@ const maxAcquireAttempts = 4
 
 // NewDocumentStore returns a store over d. The store does not close d: the
 // caller may share one driver among several stores and closes it itself.
+// It keeps expiries to the resolution d states (DriverCapabilities); a
+// driver that states nothing is taken to keep them exactly.
 func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	if d == nil {
 		return nil, errors.New("lease: NewDocumentStore given a nil driver")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 )
 
 // testDriver is one backend the document-store tests and the conformance
@@ -139,7 +140,55 @@ func TestDriverCapabilities(t *testing.T) {
 	if got := NewMemoryDriver().Name(); got != "memory" {
 		t.Errorf("memory driver Name() = %q", got)
 	}
+	// Each shipped driver states, through DriverInfo, what its name says.
+	forEachDriver(t, func(t *testing.T, d Driver) {
+		if _, ok := d.(DriverInfo); !ok {
+			t.Fatalf("the %s driver does not state its capabilities (DriverInfo)", d.Name())
+		}
+		if got, want := DriverCapabilities(d).CrossProcess, DriverHasCrossProcessCAS(d.Name()); got != want {
+			t.Fatalf("the %s driver states CrossProcess %v; DriverHasCrossProcessCAS says %v", d.Name(), got, want)
+		}
+	})
 }
+
+// silentDriver is a driver from elsewhere that states nothing about itself.
+type silentDriver struct{ Driver }
+
+// TestSilentDriverIsOneProcessExactExpiry: a driver without DriverInfo is
+// taken as one-process with exact expiry, even over a driver that keeps
+// milliseconds; a driver stating a resolution gets expiries rounded to it.
+func TestSilentDriverIsOneProcessExactExpiry(t *testing.T) {
+	silent := silentDriver{NewMemoryDriver()}
+	if got := DriverCapabilities(silent); got != (Capabilities{}) {
+		t.Fatalf("DriverCapabilities of a silent driver = %+v; want the zero value", got)
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
+	for _, tc := range []struct {
+		name string
+		d    Driver
+		want time.Time
+	}{
+		{"silent: exact", silent, now.Add(testTTL)},
+		{"states 1s", statingDriver{NewMemoryDriver(), Capabilities{ExpiryResolution: time.Second}}, now.Add(testTTL).Truncate(time.Second)},
+	} {
+		s, err := NewDocumentStore(tc.d, WithOwner("alice"), WithClock(func() time.Time { return now }), WithTTL(testTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := mustAcquire(t, s, "k"); !g.ExpiresAt.Equal(tc.want) {
+			t.Errorf("%s: ExpiresAt = %v; want %v", tc.name, g.ExpiresAt, tc.want)
+		}
+		s.Close()
+	}
+}
+
+// statingDriver states the capabilities it is given.
+type statingDriver struct {
+	Driver
+	caps Capabilities
+}
+
+func (d statingDriver) Capabilities() Capabilities { return d.caps }
 
 // TestOpenMemory checks R11's memory: URL and the errors for bad URLs.
 func TestOpenMemory(t *testing.T) {

@@ -30,8 +30,13 @@ type Precondition struct {
 //     Any other error means the outcome is unknown: the store re-reads (R9).
 //     Put returns only once the write is durable (R2).
 //   - Nothing ever deletes a record (R3).
+//
+// What a driver can do (coordinate processes, how finely it keeps
+// ExpiresAt) it states by implementing DriverInfo, not through its name.
+// Package leasetest checks a driver against all of this.
 type Driver interface {
-	// Name is "memory", "sqlite" or "mongodb".
+	// Name names the driver in errors and logs: "memory", "sqlite",
+	// "mongodb", "postgres" for the drivers of this module.
 	Name() string
 	Get(ctx context.Context, key string) (rec Record, version uint64, err error)
 	Put(ctx context.Context, rec Record, pre Precondition) (version uint64, err error)

@@ -174,7 +174,7 @@ var storeCases = []storeCase{
 		wantGrant(t, e, mustAcquire(t, b, "k2"), "k2", "bob", 1, false)
 	}},
 	{name: "R1 invalid keys are refused by every method", run: func(t *testing.T, e env) {
-		a := e.store("alice")
+		a := e.rawStore("alice")
 		for _, bad := range invalidKeys {
 			g := lease.Grant{Key: bad.key, Owner: "alice", Epoch: 1}
 			_, err := a.Acquire(ctxBG, bad.key)

@@ -23,7 +23,7 @@ type DriverOpener = func(t *testing.T) lease.Driver
 // a slow link (R5), writes whose outcome is unknown (R9), corrupt records
 // (R10) and the storage round trips of each operation.
 func TestDriver(t *testing.T, open DriverOpener) {
-	caps := lease.DriverCapabilities(open(t))
+	caps := lease.DriverCapabilities(Shared(t, func() lease.Driver { return open(t) }))
 	t.Logf("capabilities: cross-process %v, expiry resolution %v", caps.CrossProcess, caps.ExpiryResolution)
 	runStore(t, driverStores(open))
 	for _, c := range driverCases {
@@ -73,42 +73,42 @@ type driverCase struct {
 var driverCases = []driverCase{
 	{"driver Get and Put", testGetPut},
 	{"R2 acquire at the top epoch is ErrEpochExhausted", func(t *testing.T, open DriverOpener) {
-		d, clock := open(t), NewClock()
-		top := lease.Record{Key: "k", Owner: "old", Epoch: math.MaxUint64, ExpiresAt: clock.Now(), Released: true}
+		d, clock, k := open(t), NewClock(), newNamespace()+"k"
+		top := lease.Record{Key: k, Owner: "old", Epoch: math.MaxUint64, ExpiresAt: clock.Now(), Released: true}
 		if _, err := d.Put(ctxBG, top, lease.Precondition{Absent: true}); err != nil {
 			t.Fatalf("Put: %v", err)
 		}
 		s := newDocStore(t, d, clock.Now, "alice")
-		_, err := s.Acquire(ctxBG, "k")
+		_, err := s.Acquire(ctxBG, k)
 		wantErr(t, "Acquire at MaxUint64", err, lease.ErrEpochExhausted)
-		rec, _, err := d.Get(ctxBG, "k")
+		rec, _, err := d.Get(ctxBG, k)
 		if err != nil || rec.Epoch != math.MaxUint64 || !rec.Released {
 			t.Fatalf("record after refused acquire = %+v, %v; want it unchanged", rec, err)
 		}
 	}},
 	{"R2 the last epoch is granted and kept", func(t *testing.T, open DriverOpener) {
-		d, clock := open(t), NewClock()
-		prev := lease.Record{Key: "k", Owner: "old", Epoch: math.MaxUint64 - 1, ExpiresAt: clock.Now(), Released: true}
+		d, clock, k := open(t), NewClock(), newNamespace()+"k"
+		prev := lease.Record{Key: k, Owner: "old", Epoch: math.MaxUint64 - 1, ExpiresAt: clock.Now(), Released: true}
 		if _, err := d.Put(ctxBG, prev, lease.Precondition{Absent: true}); err != nil {
 			t.Fatalf("Put: %v", err)
 		}
 		s := newDocStore(t, d, clock.Now, "alice")
-		g := mustAcquire(t, s, "k")
+		g := mustAcquire(t, s, k)
 		if g.Epoch != math.MaxUint64 {
 			t.Fatalf("epoch = %d; want MaxUint64", g.Epoch)
 		}
-		rec, err := s.Holder(ctxBG, "k")
+		rec, err := s.Holder(ctxBG, k)
 		if err != nil || rec.Epoch != math.MaxUint64 {
 			t.Fatalf("Holder = %+v, %v; want epoch MaxUint64", rec, err)
 		}
 		wantErr(t, "Release at MaxUint64", s.Release(ctxBG, g), nil)
 	}},
 	{"R3 release keeps the record and its epoch", func(t *testing.T, open DriverOpener) {
-		d := open(t)
+		d, k := open(t), newNamespace()+"k"
 		s := newDocStore(t, d, NewClock().Now, "alice")
-		g := mustAcquire(t, s, "k")
+		g := mustAcquire(t, s, k)
 		wantErr(t, "Release", s.Release(ctxBG, g), nil)
-		rec, _, err := d.Get(ctxBG, "k")
+		rec, _, err := d.Get(ctxBG, k)
 		if err != nil || !rec.Released || rec.Epoch != g.Epoch || rec.Owner != "alice" {
 			t.Fatalf("record after release = %+v, %v; want alice's epoch %d, released", rec, err, g.Epoch)
 		}
@@ -116,9 +116,9 @@ var driverCases = []driverCase{
 	{"R4 grants expire at now + TTL to the stated resolution", testExpiryResolution},
 	{"R5 racing stores through a slow driver", func(t *testing.T, open DriverOpener) {
 		d := Slow(open(t), 200*time.Microsecond)
-		e := env{t: t, clock: NewClock(), ttl: TTL, open: func(t *testing.T, clock func() time.Time, owner string) lease.Store {
+		e := newEnv(t, TTL, func(t *testing.T, clock func() time.Time, owner string) lease.Store {
 			return newDocStore(t, d, clock, owner)
-		}}
+		})
 		raceRounds(t, e, 8, 10)
 	}},
 	{"R5 a loser names the winner even if it released in between", testLoserNamesReleasedWinner},
@@ -126,13 +126,14 @@ var driverCases = []driverCase{
 	{"R10 garbage records fail closed", testGarbageRecords},
 	{"R10 a corrupt stored record fails closed", testStoredCorruptRecord},
 	{"round trips: acquire 2, renew 1, re-entrant acquire 1, release 1", testRoundTrips},
+	{"driver Close ends it", testClose},
 }
 
 // testGetPut checks the Driver rules every driver must keep.
 func testGetPut(t *testing.T, open DriverOpener) {
-	d, clock := open(t), NewClock()
-	rec := lease.Record{Key: "k", Owner: "alice", Epoch: 1, ExpiresAt: clock.Now().Add(TTL)}
-	if _, _, err := d.Get(ctxBG, "k"); !errors.Is(err, lease.ErrNotFound) {
+	d, clock, k := open(t), NewClock(), newNamespace()+"k"
+	rec := lease.Record{Key: k, Owner: "alice", Epoch: 1, ExpiresAt: clock.Now().Add(TTL)}
+	if _, _, err := d.Get(ctxBG, k); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("Get of a missing key = %v; want ErrNotFound", err)
 	}
 	if _, err := d.Put(ctxBG, rec, lease.Precondition{Version: 1}); !errors.Is(err, lease.ErrConflict) {
@@ -145,7 +146,7 @@ func testGetPut(t *testing.T, open DriverOpener) {
 	if _, err := d.Put(ctxBG, rec, lease.Precondition{Absent: true}); !errors.Is(err, lease.ErrConflict) {
 		t.Fatalf("second Put absent = %v; want ErrConflict", err)
 	}
-	got, v, err := d.Get(ctxBG, "k")
+	got, v, err := d.Get(ctxBG, k)
 	if err != nil || v != v1 || !sameState(got, rec) {
 		t.Fatalf("Get = %+v v%d, %v; want %+v v%d", got, v, err, rec, v1)
 	}
@@ -157,7 +158,7 @@ func testGetPut(t *testing.T, open DriverOpener) {
 	if err != nil || v2 <= v1 {
 		t.Fatalf("Put with the right version = v%d, %v; want a version above %d", v2, err, v1)
 	}
-	if got, _, err := d.Get(ctxBG, "k"); err != nil || !sameState(got, rec) {
+	if got, _, err := d.Get(ctxBG, k); err != nil || !sameState(got, rec) {
 		t.Fatalf("Get after a released Put = %+v, %v; want %+v (the released flag kept)", got, err, rec)
 	}
 	if _, err := d.Put(ctxBG, rec, lease.Precondition{Version: v1}); !errors.Is(err, lease.ErrConflict) {
@@ -165,12 +166,21 @@ func testGetPut(t *testing.T, open DriverOpener) {
 	}
 	ctx, cancel := context.WithCancel(ctxBG)
 	cancel()
-	if _, _, err := d.Get(ctx, "k"); err == nil {
+	if _, _, err := d.Get(ctx, k); err == nil {
 		t.Fatal("Get with a cancelled context succeeded")
 	}
+}
+
+// testClose checks that a closed driver refuses calls. It runs last, in
+// case open hands every test the same driver.
+func testClose(t *testing.T, open DriverOpener) {
+	d := open(t)
 	wantErr(t, "Close", d.Close(), nil)
 	if _, _, err := d.Get(ctxBG, "k"); err == nil {
 		t.Fatal("Get after Close succeeded")
+	}
+	if _, err := d.Put(ctxBG, lease.Record{Key: "k", Owner: "alice", Epoch: 1}, lease.Precondition{Absent: true}); err == nil {
+		t.Fatal("Put after Close succeeded")
 	}
 }
 
@@ -178,14 +188,14 @@ func testGetPut(t *testing.T, open DriverOpener) {
 // resolution the driver states (to the nanosecond when it states none),
 // and that the stored record then equals the grant.
 func testExpiryResolution(t *testing.T, open DriverOpener) {
-	d := open(t)
+	d, k := open(t), newNamespace()+"k"
 	now := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
 	s, err := lease.NewDocumentStore(d, lease.WithOwner("alice"), lease.WithClock(func() time.Time { return now }), lease.WithTTL(TTL))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	g := mustAcquire(t, s, "k")
+	g := mustAcquire(t, s, k)
 	want := now.Add(TTL)
 	if r := lease.DriverCapabilities(d).ExpiryResolution; r > 0 {
 		want = want.Truncate(r)
@@ -193,10 +203,10 @@ func testExpiryResolution(t *testing.T, open DriverOpener) {
 	if !g.ExpiresAt.Equal(want) {
 		t.Fatalf("ExpiresAt = %v; want %v", g.ExpiresAt, want)
 	}
-	if again := mustAcquire(t, s, "k"); again != g {
+	if again := mustAcquire(t, s, k); again != g {
 		t.Fatalf("re-entrant Acquire = %+v; want %+v", again, g)
 	}
-	rec, _, err := d.Get(ctxBG, "k")
+	rec, _, err := d.Get(ctxBG, k)
 	if err != nil || !rec.ExpiresAt.Equal(g.ExpiresAt) {
 		t.Fatalf("stored record = %+v, %v; want the grant's expiry %v (is the stated ExpiryResolution %v right?)",
 			rec, err, g.ExpiresAt, lease.DriverCapabilities(d).ExpiryResolution)
@@ -211,7 +221,7 @@ func testExpiryResolution(t *testing.T, open DriverOpener) {
 
 // testRoundTrips checks the storage round trips of each operation.
 func testRoundTrips(t *testing.T, open DriverOpener) {
-	f := NewFaultDriver(open(t))
+	f, k := NewFaultDriver(open(t)), newNamespace()+"k"
 	s := newDocStore(t, f, NewClock().Now, "alice")
 	step := func(name string, want int, fn func()) {
 		t.Helper()
@@ -223,9 +233,9 @@ func testRoundTrips(t *testing.T, open DriverOpener) {
 		}
 	}
 	var g lease.Grant
-	step("acquire", 2, func() { g = mustAcquire(t, s, "k") })
+	step("acquire", 2, func() { g = mustAcquire(t, s, k) })
 	step("renew", 1, func() { g, _ = s.Renew(ctxBG, g) })
-	step("re-entrant acquire", 1, func() { mustAcquire(t, s, "k") })
+	step("re-entrant acquire", 1, func() { mustAcquire(t, s, k) })
 	step("release", 1, func() { wantErr(t, "Release", s.Release(ctxBG, g), nil) })
 }
 
@@ -233,46 +243,46 @@ func testRoundTrips(t *testing.T, open DriverOpener) {
 // re-reading, before and after commit, for every operation.
 func testAmbiguousWrites(t *testing.T, open DriverOpener) {
 	clock := NewClock()
-	newEnv := func(t *testing.T) (*FaultDriver, *lease.DocumentStore, *lease.DocumentStore) {
+	newEnv := func(t *testing.T) (*FaultDriver, *lease.DocumentStore, *lease.DocumentStore, string) {
 		f := NewFaultDriver(open(t))
-		return f, newDocStore(t, f, clock.Now, "alice"), newDocStore(t, f, clock.Now, "bob")
+		return f, newDocStore(t, f, clock.Now, "alice"), newDocStore(t, f, clock.Now, "bob"), newNamespace() + "k"
 	}
 	t.Run("acquire fails before commit: StorageError, retry gets epoch 1", func(t *testing.T) {
-		f, a, _ := newEnv(t)
+		f, a, _, k := newEnv(t)
 		f.FailNextPut(FailBeforeApply)
-		_, err := a.Acquire(ctxBG, "k")
+		_, err := a.Acquire(ctxBG, k)
 		wantStorageErr(t, "Acquire", err)
-		if g := mustAcquire(t, a, "k"); g.Epoch != 1 {
+		if g := mustAcquire(t, a, k); g.Epoch != 1 {
 			t.Fatalf("retried Acquire epoch = %d; want 1", g.Epoch)
 		}
 	})
 	t.Run("acquire fails after commit: the grant is returned", func(t *testing.T) {
-		f, a, b := newEnv(t)
+		f, a, b, k := newEnv(t)
 		f.FailNextPut(FailAfterApply)
-		g, err := a.Acquire(ctxBG, "k")
+		g, err := a.Acquire(ctxBG, k)
 		if err != nil || g.Epoch != 1 || g.Owner != "alice" {
 			t.Fatalf("Acquire = %+v, %v; want alice's epoch 1", g, err)
 		}
-		_, err = b.Acquire(ctxBG, "k")
+		_, err = b.Acquire(ctxBG, k)
 		wantErr(t, "bob's Acquire", err, lease.ErrHeld)
 		wantErr(t, "Release", a.Release(ctxBG, g), nil)
 	})
 	t.Run("acquire after commit with the re-read failing: the retry finds its own write", func(t *testing.T) {
-		f, a, b := newEnv(t)
+		f, a, b, k := newEnv(t)
 		f.FailNextPut(FailAfterApplyAndReread)
-		_, err := a.Acquire(ctxBG, "k")
+		_, err := a.Acquire(ctxBG, k)
 		wantStorageErr(t, "Acquire", err)
-		g := mustAcquire(t, a, "k")
+		g := mustAcquire(t, a, k)
 		if g.Epoch != 1 || g.PreviousUnclean {
 			t.Fatalf("retried Acquire = %+v; want its own epoch 1, clean", g)
 		}
-		_, err = b.Acquire(ctxBG, "k")
+		_, err = b.Acquire(ctxBG, k)
 		wantErr(t, "bob's Acquire", err, lease.ErrHeld)
 		wantErr(t, "Release of the settled grant", a.Release(ctxBG, g), nil)
 	})
 	t.Run("renew fails before commit: StorageError, grant kept", func(t *testing.T) {
-		f, a, _ := newEnv(t)
-		g := mustAcquire(t, a, "k")
+		f, a, _, k := newEnv(t)
+		g := mustAcquire(t, a, k)
 		clock.Advance(TTL / 2) // so that the renewed record differs from the old one
 		f.FailNextPut(FailBeforeApply)
 		_, err := a.Renew(ctxBG, g)
@@ -282,8 +292,8 @@ func testAmbiguousWrites(t *testing.T, open DriverOpener) {
 		}
 	})
 	t.Run("renew fails after commit: the renewed grant is returned", func(t *testing.T) {
-		f, a, _ := newEnv(t)
-		g := mustAcquire(t, a, "k")
+		f, a, _, k := newEnv(t)
+		g := mustAcquire(t, a, k)
 		clock.Advance(TTL / 2)
 		f.FailNextPut(FailAfterApply)
 		r, err := a.Renew(ctxBG, g)
@@ -293,35 +303,35 @@ func testAmbiguousWrites(t *testing.T, open DriverOpener) {
 		wantErr(t, "Release", a.Release(ctxBG, r), nil)
 	})
 	t.Run("release fails before commit: error, grant kept, retry works (R7)", func(t *testing.T) {
-		f, a, b := newEnv(t)
-		g := mustAcquire(t, a, "k")
+		f, a, b, k := newEnv(t)
+		g := mustAcquire(t, a, k)
 		f.FailNextPut(FailBeforeApply)
 		wantStorageErr(t, "Release", a.Release(ctxBG, g))
-		_, err := b.Acquire(ctxBG, "k")
+		_, err := b.Acquire(ctxBG, k)
 		wantErr(t, "bob's Acquire", err, lease.ErrHeld)
-		if again := mustAcquire(t, a, "k"); again != g {
+		if again := mustAcquire(t, a, k); again != g {
 			t.Fatalf("re-entrant Acquire after failed release = %+v; want %+v", again, g)
 		}
 		wantErr(t, "retried Release", a.Release(ctxBG, g), nil)
-		if g2 := mustAcquire(t, b, "k"); g2.Epoch != 2 || g2.PreviousUnclean {
+		if g2 := mustAcquire(t, b, k); g2.Epoch != 2 || g2.PreviousUnclean {
 			t.Fatalf("bob's Acquire = %+v; want epoch 2, clean", g2)
 		}
 	})
 	t.Run("release fails after commit: nil", func(t *testing.T) {
-		f, a, b := newEnv(t)
-		g := mustAcquire(t, a, "k")
+		f, a, b, k := newEnv(t)
+		g := mustAcquire(t, a, k)
 		f.FailNextPut(FailAfterApply)
 		wantErr(t, "Release", a.Release(ctxBG, g), nil)
-		if g2 := mustAcquire(t, b, "k"); g2.Epoch != 2 || g2.PreviousUnclean {
+		if g2 := mustAcquire(t, b, k); g2.Epoch != 2 || g2.PreviousUnclean {
 			t.Fatalf("bob's Acquire = %+v; want epoch 2, clean", g2)
 		}
 	})
 	t.Run("release after commit with the re-read failing: the next call settles it", func(t *testing.T) {
-		f, a, _ := newEnv(t)
-		g := mustAcquire(t, a, "k")
+		f, a, _, k := newEnv(t)
+		g := mustAcquire(t, a, k)
 		f.FailNextPut(FailAfterApplyAndReread)
 		wantStorageErr(t, "Release", a.Release(ctxBG, g))
-		g2 := mustAcquire(t, a, "k")
+		g2 := mustAcquire(t, a, k)
 		if g2.Epoch != 2 || g2.PreviousUnclean {
 			t.Fatalf("Acquire after the unsettled release = %+v; want epoch 2, clean", g2)
 		}
@@ -344,7 +354,7 @@ func testGarbageRecords(t *testing.T, open DriverOpener) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := NewFaultDriver(GarbageGets(open(t), tc.rec))
 			s := newDocStore(t, f, NewClock().Now, "alice")
-			wantFailsClosed(t, s)
+			wantFailsClosed(t, s, "k")
 			if _, puts := f.Calls(); puts != 0 {
 				t.Fatalf("%d writes after a corrupt read; want none", puts)
 			}
@@ -352,32 +362,32 @@ func testGarbageRecords(t *testing.T, open DriverOpener) {
 	}
 }
 
-// wantFailsClosed checks that every call on key "k" fails with ErrCorrupt.
-func wantFailsClosed(t *testing.T, s lease.Store) {
+// wantFailsClosed checks that every call on key k fails with ErrCorrupt.
+func wantFailsClosed(t *testing.T, s lease.Store, k string) {
 	t.Helper()
-	_, err := s.Acquire(ctxBG, "k")
+	_, err := s.Acquire(ctxBG, k)
 	wantStorageErr(t, "Acquire", err)
 	wantErr(t, "Acquire", err, lease.ErrCorrupt)
-	_, err = s.Holder(ctxBG, "k")
+	_, err = s.Holder(ctxBG, k)
 	wantErr(t, "Holder", err, lease.ErrCorrupt)
-	_, err = s.Renew(ctxBG, lease.Grant{Key: "k", Owner: "alice", Epoch: 4})
+	_, err = s.Renew(ctxBG, lease.Grant{Key: k, Owner: "alice", Epoch: 4})
 	wantErr(t, "Renew", err, lease.ErrCorrupt)
-	wantErr(t, "Release", s.Release(ctxBG, lease.Grant{Key: "k", Owner: "alice", Epoch: 4}), lease.ErrCorrupt)
+	wantErr(t, "Release", s.Release(ctxBG, lease.Grant{Key: k, Owner: "alice", Epoch: 4}), lease.ErrCorrupt)
 }
 
 // testStoredCorruptRecord checks R10 with a malformed record stored through
 // the driver itself, where the driver accepts one: a driver that refuses to
 // store it has nothing to check here.
 func testStoredCorruptRecord(t *testing.T, open DriverOpener) {
-	d := open(t)
-	bad := lease.Record{Key: "k", Owner: "not an owner", Epoch: 4, ExpiresAt: NewClock().Now().Add(TTL)}
+	d, k := open(t), newNamespace()+"k"
+	bad := lease.Record{Key: k, Owner: "not an owner", Epoch: 4, ExpiresAt: NewClock().Now().Add(TTL)}
 	v, err := d.Put(ctxBG, bad, lease.Precondition{Absent: true})
 	if err != nil {
 		t.Logf("the driver refuses to store a record with the owner %q (%v): no corrupt record to read", bad.Owner, err)
 		return
 	}
-	wantFailsClosed(t, newDocStore(t, d, NewClock().Now, "alice"))
-	if rec, after, err := d.Get(ctxBG, "k"); err != nil || after != v || !sameState(rec, bad) {
+	wantFailsClosed(t, newDocStore(t, d, NewClock().Now, "alice"), k)
+	if rec, after, err := d.Get(ctxBG, k); err != nil || after != v || !sameState(rec, bad) {
 		t.Fatalf("record after the refused calls = %+v v%d, %v; want it untouched (v%d)", rec, after, err, v)
 	}
 }
@@ -407,16 +417,16 @@ func (h *hookDriver) Put(ctx context.Context, rec lease.Record, pre lease.Precon
 // releases before alice's compare-and-swap, which fails. Alice lost the
 // race: she gets ErrHeld naming bob's grant, not a second win (R5).
 func testLoserNamesReleasedWinner(t *testing.T, open DriverOpener) {
-	clock := NewClock()
+	clock, k := NewClock(), newNamespace()+"k"
 	h := &hookDriver{Driver: open(t)}
 	a := newDocStore(t, h, clock.Now, "alice")
 	b := newDocStore(t, h.Driver, clock.Now, "bob") // same records, no hook
 	var won lease.Grant
 	h.beforePut = func() {
-		won = mustAcquire(t, b, "k")
+		won = mustAcquire(t, b, k)
 		wantErr(t, "bob's Release", b.Release(ctxBG, won), nil)
 	}
-	g, err := a.Acquire(ctxBG, "k")
+	g, err := a.Acquire(ctxBG, k)
 	var held *lease.HeldError
 	if !errors.As(err, &held) {
 		t.Fatalf("alice's Acquire = %+v, %v; want ErrHeld naming bob", g, err)

@@ -348,7 +348,8 @@ func TestLinearizable(t *testing.T, open StoreOpener) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	clock := NewClock()
 	rec := NewRecorder()
-	keys := []string{"lin/a", "lin/b"}
+	ns := newNamespace()
+	keys := []string{ns + "a", ns + "b"}
 	stores := make([]lease.Store, workers)
 	rngs := make([]*rand.Rand, workers)
 	for i := range stores {

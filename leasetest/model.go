@@ -85,7 +85,7 @@ func newModel(rt *rapid.T, t *testing.T, open StoreOpener, ttl time.Duration) *m
 	run := modelRuns.Add(1)
 	m := &model{
 		t: rt, ttl: ttl, clock: NewClock(),
-		keys:    []string{fmt.Sprintf("model/%d/profile:1", run), fmt.Sprintf("model/%d/jobs/nightly", run)},
+		keys:    []string{fmt.Sprintf("model-%d/profile:1", run), fmt.Sprintf("model-%d/jobs/nightly", run)},
 		records: map[string]*modelRecord{}, dead: map[string]bool{},
 	}
 	m.open = func(owner string) lease.Store { return open(t, m.clock.Now, owner) }

@@ -12,8 +12,10 @@ import (
 )
 
 // StoreOpener opens one more store instance with the given clock and owner.
-// Every store opened with the same t must share one backend (and stores
-// opened with different t's must not); Shared does the bookkeeping. The
+// Every store opened with the same t must share one backend: the simplest
+// opener has one backend for the whole suite, which works, since each case
+// uses keys of its own; one backend per t (Shared does the bookkeeping)
+// keeps failures apart. The
 // store may be closed by the suite; the opener should also close it when t
 // ends (t.Cleanup). Grants expire at now + the store's TTL, which the suite
 // measures, or never (ExpiresAt zero), as the local store's do.
@@ -32,7 +34,7 @@ type sharedKey struct {
 	typ reflect.Type
 }
 
-// Shared returns the backend make built for t, calling make only on t's
+// Shared returns the backend build made for t, calling build only on t's
 // first call (for each type B), and forgets it when t ends. A StoreOpener
 // uses it to give every store of one test the same backend:
 //
@@ -41,12 +43,12 @@ type sharedKey struct {
 //		s, err := lease.NewLocalStore(dir, lease.WithOwner(owner), lease.WithClock(clock))
 //		...
 //	}
-func Shared[B any](t *testing.T, make func() B) B {
+func Shared[B any](t *testing.T, build func() B) B {
 	k := sharedKey{t, reflect.TypeFor[B]()}
 	if v, ok := shared.Load(k); ok {
 		return v.(B)
 	}
-	v := make()
+	v := build()
 	if prev, loaded := shared.LoadOrStore(k, v); loaded {
 		return prev.(B)
 	}
@@ -55,16 +57,28 @@ func Shared[B any](t *testing.T, make func() B) B {
 }
 
 // env is one backend under a store case: every store it opens shares the
-// backend and the clock.
+// backend, the clock, and a key space of the case's own.
 type env struct {
 	t     *testing.T
 	clock *Clock
 	ttl   time.Duration // 0: grants never expire (the local store)
 	open  StoreOpener
+	ns    string // the case's key prefix, hidden by the stores it opens
 }
 
-// store opens one more store instance on the env's backend.
+func newEnv(t *testing.T, ttl time.Duration, open StoreOpener) env {
+	return env{t: t, clock: NewClock(), ttl: ttl, open: open, ns: newNamespace()}
+}
+
+// store opens one more store instance on the env's backend, its keys in
+// the case's key space.
 func (e env) store(owner string) lease.Store {
+	e.t.Helper()
+	return nsStore{Store: e.rawStore(owner), ns: e.ns}
+}
+
+// rawStore opens one more store instance as open gives it.
+func (e env) rawStore(owner string) lease.Store {
 	e.t.Helper()
 	s := e.open(e.t, e.clock.Now, owner)
 	if s == nil {
@@ -108,7 +122,7 @@ func runStore(t *testing.T, open StoreOpener) {
 			if c.needsExpiry && ttl == 0 {
 				t.Skip("the store's grants never expire")
 			}
-			c.run(t, env{t: t, clock: NewClock(), ttl: ttl, open: open})
+			c.run(t, newEnv(t, ttl, open))
 		})
 	}
 	t.Run("R2-R7 model", func(t *testing.T) { TestModel(t, open, 0) })

@@ -143,10 +143,10 @@ func (d *Driver) Put(ctx context.Context, rec lease.Record, pre lease.Preconditi
 		return 0, err
 	}
 	lock := flock.New(d.path(rec.Key, ".lock"))
+	defer lock.Close() // unlocks, and closes the lock file even if locking failed
 	if ok, err := lock.TryLockContext(ctx, lockRetry); !ok {
 		return 0, fmt.Errorf("jsondriver: locking %q: %w", rec.Key, errors.Join(err, ctx.Err()))
 	}
-	defer lock.Close() // unlocks
 	path := d.path(rec.Key, ".json")
 	cur, err := readDocument(path)
 	exists := err == nil

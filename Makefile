@@ -24,8 +24,10 @@ model:
 # catch every deliberately broken variant of decide. The same run must pass
 # without a mutant, and a mutant run counts as caught only if a test failed
 # (not the build). The R14/R15 cases do not reach decide and are left out.
+# The model test alone (leasetest.TestModel) must catch each one too.
 MUTANTS = early keep_epoch drop_unclean
 MUTANT_RUN = -count=1 -run='^TestContract$$/^memory$$' -skip='/^memory$$/^R1[45]_' -rapid.nofailfile .
+MUTANT_MODEL = -count=1 -run='^TestContract$$/^memory$$/^R2-R7_model$$' -rapid.nofailfile .
 mutants:
 	@$(GO) vet -tags lease_mutants . || { echo "the mutant build does not compile"; exit 1; }
 	@out=$$($(GO) test $(MUTANT_RUN) 2>&1) || { echo "$$out" | tail -30; echo "the suite fails without a mutant: mutants prove nothing"; exit 1; }
@@ -34,6 +36,8 @@ mutants:
 		if [ $$? -eq 0 ]; then echo "mutant $$m survived: leasetest did not catch it"; exit 1; fi; \
 		if ! echo "$$out" | grep -q -- '--- FAIL'; then echo "$$out" | tail -20; echo "mutant $$m: the test did not run"; exit 1; fi; \
 		echo "mutant $$m caught:"; echo "$$out" | grep -m1 'want' | cut -c1-220; \
+		if LEASE_MUTANT=$$m $(GO) test -tags lease_mutants $(MUTANT_MODEL) >/dev/null 2>&1; then \
+			echo "mutant $$m survived the model test"; exit 1; fi; \
 	done
 
 tidy-check:

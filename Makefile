@@ -15,17 +15,29 @@ vet:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./...
 
-# model: the rapid model test with more checks than `make test` runs.
+# model: the rapid model test (leasetest.TestModel) with more checks than `make test` runs.
 model:
-	$(GO) test -count=1 -run='^TestModel' -rapid.checks=1000 .
+	$(GO) test -count=1 -run='^TestContract$$//^R2-R7_model$$' -rapid.checks=1000 .
+	$(GO) test -count=1 -run='^TestModel$$' -rapid.checks=1000 .
 
-# mutants: the model test must catch every deliberately broken variant of decide.
+# mutants: the exported suite (leasetest, through TestContract/memory) must
+# catch every deliberately broken variant of decide. The same run must pass
+# without a mutant, and a mutant run counts as caught only if a test failed
+# (not the build). The R14/R15 cases do not reach decide and are left out.
+# The model test alone (leasetest.TestModel) must catch each one too.
 MUTANTS = early keep_epoch drop_unclean
+MUTANT_RUN = -count=1 -run='^TestContract$$/^memory$$' -skip='/^memory$$/^R1[45]_' -rapid.nofailfile .
+MUTANT_MODEL = -count=1 -run='^TestContract$$/^memory$$/^R2-R7_model$$' -rapid.nofailfile .
 mutants:
+	@$(GO) vet -tags lease_mutants . || { echo "the mutant build does not compile"; exit 1; }
+	@out=$$($(GO) test $(MUTANT_RUN) 2>&1) || { echo "$$out" | tail -30; echo "the suite fails without a mutant: mutants prove nothing"; exit 1; }
 	@for m in $(MUTANTS); do \
-		if out=$$(LEASE_MUTANT=$$m $(GO) test -tags lease_mutants -count=1 -run='^TestModel$$/^memory$$' -rapid.nofailfile . 2>&1); then \
-			echo "mutant $$m survived: the model test did not catch it"; exit 1; \
-		else echo "mutant $$m caught:"; echo "$$out" | grep -m1 'want' | cut -c1-220; fi; \
+		out=$$(LEASE_MUTANT=$$m $(GO) test -tags lease_mutants $(MUTANT_RUN) 2>&1); \
+		if [ $$? -eq 0 ]; then echo "mutant $$m survived: leasetest did not catch it"; exit 1; fi; \
+		if ! echo "$$out" | grep -q -- '--- FAIL'; then echo "$$out" | tail -20; echo "mutant $$m: the test did not run"; exit 1; fi; \
+		echo "mutant $$m caught:"; echo "$$out" | grep -m1 'want' | cut -c1-220; \
+		if LEASE_MUTANT=$$m $(GO) test -tags lease_mutants $(MUTANT_MODEL) >/dev/null 2>&1; then \
+			echo "mutant $$m survived the model test"; exit 1; fi; \
 	done
 
 tidy-check:

@@ -16,6 +16,7 @@ import (
 // It is safe for concurrent use; calls on one key are serialised.
 type DocumentStore struct {
 	d     Driver
+	caps  Capabilities // what d states about itself
 	cfg   config
 	locks keyLocks
 
@@ -57,6 +58,8 @@ const maxAcquireAttempts = 4
 
 // NewDocumentStore returns a store over d. The store does not close d: the
 // caller may share one driver among several stores and closes it itself.
+// It keeps expiries to the resolution d states (DriverCapabilities); a
+// driver that states nothing is taken to keep them exactly.
 func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	if d == nil {
 		return nil, errors.New("lease: NewDocumentStore given a nil driver")
@@ -67,6 +70,7 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	}
 	return &DocumentStore{
 		d:       d,
+		caps:    DriverCapabilities(d),
 		cfg:     cfg,
 		done:    make(chan struct{}),
 		held:    make(map[string]heldGrant),
@@ -310,7 +314,7 @@ func (s *DocumentStore) isClosed() bool {
 // record stored. Rounding down only shortens the holder's own lease.
 func (s *DocumentStore) expiry(now time.Time) time.Time {
 	exp := now.Add(s.cfg.ttl)
-	if r := expiryResolution(s.d); r > 0 {
+	if r := s.caps.ExpiryResolution; r > 0 {
 		exp = exp.Truncate(r)
 	}
 	return exp

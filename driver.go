@@ -30,8 +30,13 @@ type Precondition struct {
 //     Any other error means the outcome is unknown: the store re-reads (R9).
 //     Put returns only once the write is durable (R2).
 //   - Nothing ever deletes a record (R3).
+//
+// What a driver can do (coordinate processes, how finely it keeps
+// ExpiresAt) it states by implementing DriverInfo, not through its name.
+// Package leasetest checks a driver against all of this.
 type Driver interface {
-	// Name is "memory", "sqlite", "mongodb" or "postgres".
+	// Name names the driver in errors and logs: "memory", "sqlite",
+	// "mongodb", "postgres" for the drivers of this module.
 	Name() string
 	Get(ctx context.Context, key string) (rec Record, version uint64, err error)
 	Put(ctx context.Context, rec Record, pre Precondition) (version uint64, err error)
@@ -39,29 +44,52 @@ type Driver interface {
 	Close() error
 }
 
-// DriverHasCrossProcessCAS reports whether the named document driver can
-// coordinate separate processes (R11): true for "mongodb", "postgres" and
-// "sqlite", false for "memory", "file" and any other name.
-func DriverHasCrossProcessCAS(driver string) bool {
-	switch driver {
-	case "mongodb", "postgres", "sqlite":
-		return true
-	}
-	return false
+// Capabilities is what a document driver states about itself, through
+// DriverInfo. The zero value is the safe assumption for a driver that says
+// nothing: it coordinates the stores of one process only, and keeps
+// ExpiresAt exactly (as the memory driver does).
+type Capabilities struct {
+	// CrossProcess: the driver's compare-and-swap excludes writers in other
+	// processes (and on other hosts, for a server), not only goroutines.
+	CrossProcess bool
+	// ExpiryResolution is how finely stored records keep ExpiresAt: the
+	// driver truncates it to a multiple of this (time.Millisecond for SQLite
+	// and BSON dates). Zero: a time.Time is kept as it is. DocumentStore
+	// rounds new expiries down to it, so that a grant equals its record.
+	ExpiryResolution time.Duration
 }
 
-// expiryResolution is how finely the named driver's records keep
-// ExpiresAt: SQLite and BSON dates keep milliseconds, PostgreSQL's
-// timestamptz microseconds; the memory driver (and any driver it does not
-// know) keeps a time.Time as it is.
-func expiryResolution(d Driver) time.Duration {
-	switch d.Name() {
-	case "sqlite", "mongodb":
-		return time.Millisecond
-	case "postgres":
-		return time.Microsecond
+// DriverInfo is a Driver that states its capabilities. A driver written
+// outside this module implements it to be used for what it is; see
+// leasetest for the suite that checks what it states.
+type DriverInfo interface {
+	Driver
+	Capabilities() Capabilities
+}
+
+// DriverCapabilities returns what d states about itself, or the zero
+// Capabilities (one process, exact expiry) when d does not implement DriverInfo.
+func DriverCapabilities(d Driver) Capabilities {
+	if info, ok := d.(DriverInfo); ok {
+		return info.Capabilities()
 	}
-	return 0
+	return Capabilities{}
+}
+
+// shippedDrivers is what the drivers of this module state, by name.
+var shippedDrivers = map[string]Capabilities{
+	"memory":  (*memoryDriver)(nil).Capabilities(),
+	"sqlite":  (*sqliteDriver)(nil).Capabilities(),
+	"mongodb": (*mongoDriver)(nil).Capabilities(),
+	"postgres": (*postgresDriver)(nil).Capabilities(),
+}
+
+// DriverHasCrossProcessCAS reports whether the named document driver of this
+// module can coordinate separate processes (R11): true for "mongodb",
+// "postgres" and "sqlite", false for "memory", "file" and any other name. For
+// a driver value, including one from elsewhere, use DriverCapabilities.
+func DriverHasCrossProcessCAS(driver string) bool {
+	return shippedDrivers[driver].CrossProcess
 }
 
 // Open opens a store from a URL:
@@ -137,6 +165,7 @@ func NewMemoryDriver() Driver {
 }
 
 var (
+	_ DriverInfo  = (*memoryDriver)(nil)
 	_ BatchDriver = (*memoryDriver)(nil)
 	_ BatchReader = (*memoryDriver)(nil)
 	_ ListDriver  = (*memoryDriver)(nil)
@@ -154,6 +183,9 @@ type memoryDriver struct {
 }
 
 func (d *memoryDriver) Name() string { return "memory" }
+
+// Capabilities: one process; a time.Time kept exactly.
+func (*memoryDriver) Capabilities() Capabilities { return Capabilities{} }
 
 func (d *memoryDriver) Get(ctx context.Context, key string) (Record, uint64, error) {
 	if err := ctx.Err(); err != nil {

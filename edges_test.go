@@ -9,52 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
-
-// hookDriver runs beforePut once, just before the next Put reaches the
-// driver, so a test can make another store win the race in between.
-type hookDriver struct {
-	Driver
-	mu        sync.Mutex
-	beforePut func()
-}
-
-func (h *hookDriver) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
-	h.mu.Lock()
-	fn := h.beforePut
-	h.beforePut = nil
-	h.mu.Unlock()
-	if fn != nil {
-		fn()
-	}
-	return h.Driver.Put(ctx, rec, pre)
-}
-
-// TestEdgeR5LoserNamesWinnerThatReleased: alice reads the key free, bob
-// acquires and releases before alice's compare-and-swap, which fails. Alice
-// lost the race: she gets ErrHeld naming bob's grant, not a second win (R5).
-func TestEdgeR5LoserNamesWinnerThatReleased(t *testing.T) {
-	clock := newFakeClock()
-	h := &hookDriver{Driver: NewMemoryDriver()}
-	a := newDocStore(t, h, clock, "alice")
-	b := newDocStore(t, h.Driver, clock, "bob") // same records, no hook
-	var won Grant
-	h.beforePut = func() {
-		won = mustAcquire(t, b, "k")
-		wantErr(t, "bob's Release", b.Release(ctxBG, won), nil)
-	}
-	g, err := a.Acquire(ctxBG, "k")
-	var held *HeldError
-	if !errors.As(err, &held) || !errors.Is(err, ErrHeld) {
-		t.Fatalf("alice's Acquire = %+v, %v; want ErrHeld naming bob", g, err)
-	}
-	if held.Owner != "bob" || held.Epoch != won.Epoch {
-		t.Fatalf("HeldError names %q epoch %d; want bob epoch %d", held.Owner, held.Epoch, won.Epoch)
-	}
-}
 
 // TestEdgeR7RetriedReleaseAfterUnsettledWrite: a release whose write
 // landed but whose reply and re-read were lost is retried; the retry finds
@@ -168,77 +125,6 @@ func TestEdgeR9UnseenTakeoverThenR4d(t *testing.T) {
 	if g3.Epoch != 3 || g3.PreviousUnclean {
 		t.Fatalf("R4d = %+v", g3)
 	}
-}
-
-// TestEdgeR4PreviousLifeAndR6AtExpiry: a new instance of the same owner
-// meets the old record as R4e/f; renew exactly at ExpiresAt is ErrLost (R6);
-// a release after a takeover is ErrLost (R7).
-func TestEdgeR4PreviousLifeAndR6AtExpiry(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, d Driver) {
-		clock := newFakeClock()
-		a1 := newDocStore(t, d, clock, "alice")
-		g := mustAcquire(t, a1, "k")
-		a2 := newDocStore(t, d, clock, "alice")
-		_, err := a2.Acquire(ctxBG, "k")
-		var he *HeldError
-		if !errors.As(err, &he) || he.Owner != "alice" || he.Epoch != 1 {
-			t.Fatalf("previous life = %v", err)
-		}
-		clock.Advance(testTTL)
-		_, err = a2.Renew(ctxBG, g)
-		wantErr(t, "renew at expiry via other instance", err, ErrLost)
-		_, err = a1.Renew(ctxBG, g)
-		wantErr(t, "renew at expiry", err, ErrLost)
-		g2 := mustAcquire(t, a2, "k")
-		if g2.Epoch != 2 || !g2.PreviousUnclean {
-			t.Fatalf("f = %+v", g2)
-		}
-		wantErr(t, "a1 release", a1.Release(ctxBG, g), ErrLost)
-		h, err := a1.Holder(ctxBG, "k")
-		if err != nil || h.Epoch != 2 {
-			t.Fatal(h, err)
-		}
-	})
-}
-
-// TestEdgeConcurrentStoresRace: many goroutines on two stores, same and
-// different keys, under -race: only grants, ErrHeld and ErrLost (R5).
-func TestEdgeConcurrentStoresRace(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, d Driver) {
-		clock := newFakeClock()
-		stores := []*DocumentStore{newDocStore(t, d, clock, "alice"), newDocStore(t, d, clock, "bob")}
-		var wg sync.WaitGroup
-		for i := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				s := stores[i%2]
-				key := fmt.Sprintf("k%d", i%3)
-				for j := range 30 {
-					g, err := s.Acquire(ctxBG, key)
-					if errors.Is(err, ErrHeld) {
-						continue
-					}
-					if err != nil {
-						t.Errorf("acquire: %v", err)
-						return
-					}
-					if _, err := s.Renew(ctxBG, g); err != nil && !errors.Is(err, ErrLost) {
-						t.Errorf("renew: %v", err)
-					}
-					if j%3 == 0 {
-						if err := s.Release(ctxBG, g); err != nil && !errors.Is(err, ErrLost) {
-							t.Errorf("release: %v", err)
-						}
-					}
-					if j%7 == 0 {
-						clock.Advance(testTTL / 3)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-	})
 }
 
 // lossyDriver fails the next Put's reply (after or before committing) and
@@ -574,23 +460,4 @@ func TestEdgeR5LocalLoserNamesWinnerThatReleased(t *testing.T) {
 		a.Close()
 		b.Close()
 	}
-}
-
-// TestEdgeOddOwnersRenewAndRelease: every printable-ASCII owner (R1) can
-// renew and release through every driver, whose writes check the record
-// they overwrite (R6, R7, R10).
-func TestEdgeOddOwnersRenewAndRelease(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, d Driver) {
-		clock := newFakeClock()
-		for i, owner := range []string{`a]b*c?[d^~!`, `"'\%_$.{}`, strings.Repeat("~", 256), "!"} {
-			s := newDocStore(t, d, clock, owner)
-			key := fmt.Sprintf("odd%d", i)
-			g := mustAcquire(t, s, key)
-			clock.Advance(time.Second)
-			if _, err := s.Renew(ctxBG, g); err != nil {
-				t.Fatalf("owner %q: Renew = %v", owner, err)
-			}
-			wantErr(t, "Release", s.Release(ctxBG, g), nil)
-		}
-	})
 }

@@ -1,9 +1,30 @@
 package lease
 
 import (
+	"context"
+	"errors"
 	"sync"
+	"testing"
 	"time"
 )
+
+var ctxBG = context.Background()
+
+func mustAcquire(t *testing.T, s Store, key string) Grant {
+	t.Helper()
+	g, err := s.Acquire(ctxBG, key)
+	if err != nil {
+		t.Fatalf("Acquire(%q) = %v", key, err)
+	}
+	return g
+}
+
+func wantErr(t *testing.T, op string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s = %v; want %v", op, err, want)
+	}
+}
 
 // testTTL is the TTL every test store uses unless a test says otherwise.
 const testTTL = 10 * time.Second

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"pgregory.net/rapid"
 )
 
 // newLocal returns a LocalStore on root that the test closes at its end.
@@ -38,31 +37,6 @@ func wantHeld(t testing.TB, err error, owner string, epoch uint64) {
 	if he.Owner != owner || he.Epoch != epoch || !he.ExpiresAt.IsZero() {
 		t.Fatalf("HeldError = %+v; want owner %q epoch %d, no expiry", he, owner, epoch)
 	}
-}
-
-// localEnv builds a contract-suite env over a fresh root: every store it
-// makes is a separate LocalStore on that root, contending as processes do.
-func localEnv(t *testing.T) storeEnv {
-	root := t.TempDir()
-	clock := newFakeClock()
-	return storeEnv{
-		clock: clock,
-		newStore: func(t *testing.T, owner string) Store {
-			return newLocal(t, root, WithOwner(owner), WithClock(clock.Now))
-		},
-	}
-}
-
-// TestLocalContract runs the shared contract suite (contract_test.go)
-// against the local store; the cases about expiry do not apply to it.
-func TestLocalContract(t *testing.T) {
-	runContract(t, localEnv)
-}
-
-// TestLocalRace: 8 stores in one process race for one key (R5); flocks are
-// per open file, so they contend as 8 processes would.
-func TestLocalRace(t *testing.T) {
-	raceRounds(t, localEnv(t), 8, 10)
 }
 
 // TestLocalCases checks what is particular to the local store: a crash
@@ -349,28 +323,6 @@ func TestLocalGoroutines(t *testing.T) {
 			t.Fatalf("grant %d has epoch %d; want %d (epochs %v)", i, e, i+1, epochs)
 		}
 	}
-}
-
-// The rapid model test (model_test.go) also runs against the local store:
-// its crash action closes a store, which drops its flocks without writing.
-func init() {
-	modelBackends = append(modelBackends, modelBackend{
-		name: "local",
-		newBackend: func(t *rapid.T, clock *fakeClock) func(string) Store {
-			root, err := os.MkdirTemp("", "lease-model-")
-			if err != nil {
-				t.Fatalf("MkdirTemp: %v", err)
-			}
-			t.Cleanup(func() { os.RemoveAll(root) })
-			return func(owner string) Store {
-				s, err := NewLocalStore(root, WithOwner(owner), WithClock(clock.Now))
-				if err != nil {
-					t.Fatalf("NewLocalStore: %v", err)
-				}
-				return s
-			}
-		},
-	})
 }
 
 // openFDs counts this process's open descriptors on files under root, so

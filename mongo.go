@@ -140,6 +140,12 @@ var errFerretDB = errors.New("lease: the server is FerretDB, which does not appl
 // Name returns "mongodb".
 func (d *mongoDriver) Name() string { return "mongodb" }
 
+// Capabilities: the server's conditional updates exclude every client;
+// BSON dates keep milliseconds.
+func (*mongoDriver) Capabilities() Capabilities {
+	return Capabilities{CrossProcess: true, ExpiryResolution: time.Millisecond}
+}
+
 // Get reads key's document from the primary.
 func (d *mongoDriver) Get(ctx context.Context, key string) (Record, uint64, error) {
 	if err := d.usable(ctx); err != nil {

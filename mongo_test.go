@@ -18,7 +18,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"pgregory.net/rapid"
 )
 
 // See mongoserver_test.go for the server the tests use and why FerretDB
@@ -31,28 +30,6 @@ func init() {
 	testDrivers = append(testDrivers, testDriver{name: "mongodb", open: func(t *testing.T) Driver {
 		return newTestMongoDriver(t, sharedMongoClient(t))
 	}})
-	modelBackends = append(modelBackends, modelBackend{name: "mongodb", expires: true, newBackend: newMongoModelBackend})
-}
-
-// newMongoModelBackend gives each model run a fresh collection, shared by
-// all the run's stores through one driver.
-func newMongoModelBackend(t *rapid.T, clock *fakeClock) func(owner string) Store {
-	coll := sharedMongoClient(t).Database("lease_test").Collection(fmt.Sprintf("m%d_%d", os.Getpid(), collSeq.Add(1)))
-	if testMongo(t).external {
-		t.Cleanup(func() { coll.Drop(context.Background()) })
-	}
-	d, err := NewMongoDriver(coll, mongoDriverOpts(t)...)
-	if err != nil {
-		t.Fatalf("NewMongoDriver: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return func(owner string) Store {
-		s, err := NewDocumentStore(d, WithOwner(owner), WithClock(clock.Now), WithTTL(modelTTL))
-		if err != nil {
-			t.Fatalf("NewDocumentStore: %v", err)
-		}
-		return s
-	}
 }
 
 var (

@@ -396,6 +396,12 @@ func isPostgresCode(err error, codes ...string) bool {
 // Name returns "postgres".
 func (d *postgresDriver) Name() string { return "postgres" }
 
+// Capabilities: PostgreSQL coordinates every process and host that reaches
+// the server, and timestamptz keeps microseconds.
+func (d *postgresDriver) Capabilities() Capabilities {
+	return Capabilities{CrossProcess: true, ExpiryResolution: time.Microsecond}
+}
+
 // Get reads key's record. A row with a NULL or out-of-range column is an
 // error matching ErrCorrupt, and is left as it is (R10).
 func (d *postgresDriver) Get(ctx context.Context, key string) (Record, uint64, error) {

@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
-	"pgregory.net/rapid"
 )
 
 // See pgserver_test.go for the server the tests use.
@@ -45,24 +44,6 @@ func init() {
 		t.Cleanup(func() { d.Close() })
 		return d
 	}})
-	modelBackends = append(modelBackends, modelBackend{name: "postgres", expires: true, newBackend: newPostgresModelBackend})
-}
-
-// newPostgresModelBackend gives each model run a fresh table, shared by
-// all the run's stores through one driver.
-func newPostgresModelBackend(t *rapid.T, clock *fakeClock) func(owner string) Store {
-	d, err := NewPostgresDriver(ctxBG, testPostgresDB(t), PostgresTable(testPostgresTable(t)))
-	if err != nil {
-		t.Fatalf("NewPostgresDriver: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return func(owner string) Store {
-		s, err := NewDocumentStore(d, WithOwner(owner), WithClock(clock.Now), WithTTL(modelTTL))
-		if err != nil {
-			t.Fatalf("NewDocumentStore: %v", err)
-		}
-		return s
-	}
 }
 
 // postgresStoreURL is an Open URL for table on the shared server.

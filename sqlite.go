@@ -384,6 +384,12 @@ func ensureSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
 // Name returns "sqlite".
 func (d *sqliteDriver) Name() string { return "sqlite" }
 
+// Capabilities: the database file's locks exclude other processes; rows
+// keep ExpiresAt in milliseconds.
+func (*sqliteDriver) Capabilities() Capabilities {
+	return Capabilities{CrossProcess: true, ExpiryResolution: time.Millisecond}
+}
+
 // Get reads key's record. A row with a NULL, non-integer or out-of-range
 // column is an error matching ErrCorrupt; the row is left as it is (R10).
 func (d *sqliteDriver) Get(ctx context.Context, key string) (Record, uint64, error) {

@@ -15,32 +15,12 @@ import (
 	"time"
 
 	sqlite "modernc.org/sqlite"
-	"pgregory.net/rapid"
 )
 
-// The whole document-store suite (contract, races, epochs, driver rules)
-// runs against SQLite from the shared table of drivers, and so does the
-// model test: there each store has its own handle on the run's file, as
-// separate processes would, and closing (or crashing) a store closes it.
+// The conformance suite (leasetest, run from contract_test.go) and the
+// package's driver tests run against SQLite from the shared table of drivers.
 func init() {
 	testDrivers = append(testDrivers, testDriver{name: "sqlite", open: openTestSQLite})
-	modelBackends = append(modelBackends, modelBackend{name: "sqlite", expires: true, newBackend: newSQLiteModelBackend})
-}
-
-func newSQLiteModelBackend(t *rapid.T, clock *fakeClock) func(owner string) Store {
-	dir, err := os.MkdirTemp("", "lease-model-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "leases.db")
-	return func(owner string) Store {
-		s, err := openSQLiteStore(path, []Option{WithOwner(owner), WithClock(clock.Now), WithTTL(modelTTL)})
-		if err != nil {
-			t.Fatalf("opening a store on %s: %v", path, err)
-		}
-		return s
-	}
 }
 
 // openTestSQLite opens a fresh database file in the test's temp dir.

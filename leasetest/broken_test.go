@@ -1,0 +1,171 @@
+package leasetest_test
+
+import (
+	"cmp"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/leasetest"
+)
+
+// The suite must fail a driver that breaks the contract. Each broken driver
+// runs through leasetest in a child process (this test binary, re-run with
+// -test.run naming TestBrokenDriverChild): the suite is then judged by what
+// go test itself reports (exit status, "--- FAIL" lines), with subtests,
+// rapid's shrinking and t.Fatal behaving exactly as they do for a real
+// driver author, which a fake testing.TB could not promise.
+func TestBrokenDriversFail(t *testing.T) {
+	for _, tc := range []struct {
+		driver, only string
+		// wantFailed: subtests (by name pattern) of which at least one
+		// must fail; "": the child's test itself.
+		wantFailed string
+		wantOutput string
+	}{
+		// R5: a compare-and-swap made of a read and a later write lets two
+		// racers both win.
+		{driver: "nonatomic", wantFailed: `R5_racing_stores|linearizable|model`},
+		// The same, caught by the history checker alone, which names its
+		// visualization.
+		{driver: "nonatomic", only: "linearizable", wantOutput: `not linearizable against the lease rules; see \S+linearizability\.html`},
+		// R4b/R7: a driver that drops the released flag keeps every
+		// released key held.
+		{driver: "drops-released", wantFailed: `R4b_release_then_re-acquire|driver_Get_and_Put`},
+	} {
+		t.Run(tc.driver+"/"+cmp.Or(tc.only, "all"), func(t *testing.T) {
+			out, artifacts, err := runChild(t, tc.driver, tc.only)
+			if err == nil {
+				t.Fatalf("leasetest passed the %s driver; want it failed. Output:\n%s", tc.driver, out)
+			}
+			want := `--- FAIL: TestBrokenDriverChild `
+			if tc.wantFailed != "" {
+				want = `--- FAIL: TestBrokenDriverChild/\S*(` + tc.wantFailed + `)`
+			}
+			failed := regexp.MustCompile(want)
+			if !failed.MatchString(out) {
+				t.Fatalf("the %s driver failed, but not in a subtest matching %q. Output:\n%s", tc.driver, tc.wantFailed, out)
+			}
+			if tc.wantOutput == "" {
+				return
+			}
+			if !regexp.MustCompile(tc.wantOutput).MatchString(out) {
+				t.Fatalf("output does not match %q:\n%s", tc.wantOutput, out)
+			}
+			pages, _ := filepath.Glob(filepath.Join(artifacts, "_artifacts", "*", "linearizability.html"))
+			if len(pages) == 0 {
+				t.Fatalf("no linearizability.html under the child's artifacts %s", artifacts)
+			}
+			if page, err := os.ReadFile(pages[0]); err != nil || !strings.Contains(string(page), "<html") {
+				t.Fatalf("visualization %s: %v; want porcupine's HTML page", pages[0], err)
+			}
+		})
+	}
+}
+
+// runChild runs TestBrokenDriverChild over the named broken driver and
+// returns its output, its artifacts directory, and its exit error.
+func runChild(t *testing.T, driver, only string) (out, artifacts string, err error) {
+	artifacts = t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBrokenDriverChild$", "-test.v",
+		"-test.artifacts", "-test.outputdir="+artifacts, "-rapid.nofailfile", "-rapid.checks=20")
+	cmd.Env = append(os.Environ(), "LEASETEST_BROKEN="+driver, "LEASETEST_ONLY="+only)
+	b, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the child running the %s driver did not finish: %v\n%s", driver, ctx.Err(), b)
+	}
+	return string(b), artifacts, err
+}
+
+// TestBrokenDriverChild is TestBrokenDriversFail's child: it runs leasetest
+// against the broken driver named by LEASETEST_BROKEN, and must fail.
+func TestBrokenDriverChild(t *testing.T) {
+	var open leasetest.DriverOpener
+	switch name := os.Getenv("LEASETEST_BROKEN"); name {
+	case "":
+		t.Skip("runs only as the child process of TestBrokenDriversFail")
+	case "nonatomic":
+		open = func(*testing.T) lease.Driver { return &nonAtomicDriver{docs: map[string]doc{}} }
+	case "drops-released":
+		open = func(*testing.T) lease.Driver { return dropsReleased{lease.NewMemoryDriver()} }
+	default:
+		t.Fatalf("unknown broken driver %q", name)
+	}
+	if os.Getenv("LEASETEST_ONLY") == "linearizable" {
+		leasetest.TestLinearizable(t, func(t *testing.T, clock func() time.Time, owner string) lease.Store {
+			d := leasetest.Shared(t, func() lease.Driver { return open(t) })
+			s, err := lease.NewDocumentStore(d, lease.WithOwner(owner), lease.WithClock(clock), lease.WithTTL(leasetest.TTL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		})
+		return
+	}
+	leasetest.TestDriver(t, open)
+}
+
+type doc struct {
+	rec     lease.Record
+	version uint64
+}
+
+// nonAtomicDriver is a third-party-style driver whose conditional write is
+// a read, then a write: correct alone, wrong under concurrency (R5). Its
+// gap between the two is widened so that racers fall into it.
+type nonAtomicDriver struct {
+	mu   sync.Mutex // guards docs, but not across a Put's check and write
+	docs map[string]doc
+}
+
+func (d *nonAtomicDriver) Name() string { return "nonatomic" }
+func (d *nonAtomicDriver) Close() error { return nil }
+
+func (d *nonAtomicDriver) Get(ctx context.Context, key string) (lease.Record, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return lease.Record{}, 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cur, ok := d.docs[key]
+	if !ok {
+		return lease.Record{}, 0, lease.ErrNotFound
+	}
+	return cur.rec, cur.version, nil
+}
+
+func (d *nonAtomicDriver) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	cur, exists := d.docs[rec.Key]
+	d.mu.Unlock()
+	if pre.Absent == exists || (exists && cur.version != pre.Version) {
+		return 0, lease.ErrConflict
+	}
+	time.Sleep(200 * time.Microsecond) // the window between check and write
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	next := max(cur.version, d.docs[rec.Key].version) + 1
+	d.docs[rec.Key] = doc{rec: rec, version: next}
+	return next, nil
+}
+
+// dropsReleased is a driver that forgets the released flag on write: every
+// release leaves the key held until it expires.
+type dropsReleased struct{ lease.Driver }
+
+func (d dropsReleased) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
+	rec.Released = false
+	return d.Driver.Put(ctx, rec, pre)
+}

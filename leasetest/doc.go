@@ -1,0 +1,23 @@
+// Package leasetest is the conformance suite of package lease: the rules of
+// its contract (R1-R15), a rapid model test, and a porcupine linearizability
+// check, for any lease.Driver or lease.Store. Every driver and store this
+// module ships passes it; a driver written elsewhere proves itself with it:
+//
+//	func TestMyDriver(t *testing.T) {
+//		leasetest.TestDriver(t, func(t *testing.T) lease.Driver {
+//			d, err := mydriver.Open(t.TempDir()) // a fresh, empty backend each call
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			t.Cleanup(func() { d.Close() })
+//			return d
+//		})
+//	}
+//
+// A driver states what it can do by implementing lease.DriverInfo
+// (coordinates separate processes; how finely it keeps ExpiresAt); the suite
+// checks the expiry it states. TestStore checks a whole Store (open gives
+// every store of one test the same backend: see Shared). The fault wrappers
+// (NewFaultDriver, Slow, GarbageGets) and the history Recorder with
+// CheckHistory serve a driver's own tests too.
+package leasetest

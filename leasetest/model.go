@@ -1,0 +1,280 @@
+package leasetest
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasekit/lease"
+	"pgregory.net/rapid"
+)
+
+// TestModel checks open's stores against a reference model of R2-R7 with
+// pgregory.net/rapid: 2-4 stores on one backend make random acquires,
+// renews, releases and Holder calls while the clock jumps (to expiries, and
+// 1ms before them) and stores crash (Close without releasing, then a new
+// store with a new owner in their place). Each run uses keys of its own, so
+// every run shares the backend open gives t.
+//
+// checks is the number of runs; 0 uses rapid's -rapid.checks flag (100 by
+// default). A positive checks sets that flag while the test runs, so it
+// must not run in parallel with another rapid test.
+func TestModel(t *testing.T, open StoreOpener, checks int) {
+	ttl := probeTTL(t, open)
+	if checks > 0 {
+		defer setRapidChecks(t, checks)()
+	}
+	rapid.Check(t, func(rt *rapid.T) { newModel(rt, t, open, ttl).run() })
+}
+
+var rapidFlagMu sync.Mutex // serialises TestModel calls that set -rapid.checks
+
+// setRapidChecks sets -rapid.checks to n and returns what restores it.
+func setRapidChecks(t *testing.T, n int) (restore func()) {
+	f := flag.Lookup("rapid.checks")
+	if f == nil {
+		t.Fatal("rapid's -rapid.checks flag is not registered")
+	}
+	rapidFlagMu.Lock()
+	old := f.Value.String()
+	if err := f.Value.Set(strconv.Itoa(n)); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		f.Value.Set(old)
+		rapidFlagMu.Unlock()
+	}
+}
+
+// modelRuns numbers model runs, so that each uses keys and owners of its own.
+var modelRuns, modelOwners atomic.Int64
+
+// modelRecord is what the model believes a key's record says.
+type modelRecord struct {
+	owner    string
+	epoch    uint64
+	expires  time.Time
+	released bool
+}
+
+// modelSlot is one store instance: a process that may crash and restart
+// with a new owner.
+type modelSlot struct {
+	store  lease.Store
+	owner  string
+	grants map[string]lease.Grant // the last grant this instance got per key, held or not
+}
+
+type model struct {
+	t       *rapid.T
+	ttl     time.Duration // 0: grants never expire; a holder ends when its store crashes
+	clock   *Clock
+	open    func(owner string) lease.Store
+	keys    []string
+	slots   []*modelSlot
+	records map[string]*modelRecord
+	dead    map[string]bool // owners whose store crashed
+}
+
+func newModel(rt *rapid.T, t *testing.T, open StoreOpener, ttl time.Duration) *model {
+	run := modelRuns.Add(1)
+	m := &model{
+		t: rt, ttl: ttl, clock: NewClock(),
+		keys:    []string{fmt.Sprintf("model-%d/profile:1", run), fmt.Sprintf("model-%d/jobs/nightly", run)},
+		records: map[string]*modelRecord{}, dead: map[string]bool{},
+	}
+	m.open = func(owner string) lease.Store { return open(t, m.clock.Now, owner) }
+	for range rapid.IntRange(2, 4).Draw(rt, "stores") {
+		m.slots = append(m.slots, m.newSlot())
+	}
+	rt.Cleanup(func() {
+		for _, s := range m.slots {
+			s.store.Close()
+		}
+	})
+	return m
+}
+
+func (m *model) newSlot() *modelSlot {
+	owner := fmt.Sprintf("owner-%d", modelOwners.Add(1))
+	return &modelSlot{store: m.open(owner), owner: owner, grants: map[string]lease.Grant{}}
+}
+
+func (m *model) run() {
+	m.t.Repeat(map[string]func(*rapid.T){
+		"acquire":   m.acquire,
+		"renew":     m.renew,
+		"release":   m.release,
+		"advance":   m.advance,
+		"to expiry": m.toExpiry,
+		"crash":     m.crash,
+		"":          m.check,
+	})
+}
+
+func (m *model) pick(t *rapid.T) (*modelSlot, string) {
+	i := rapid.IntRange(0, len(m.slots)-1).Draw(t, "slot")
+	return m.slots[i], rapid.SampledFrom(m.keys).Draw(t, "key")
+}
+
+// live reports whether the model's record names a holder that may still work.
+func (m *model) live(r *modelRecord) bool {
+	if r == nil || r.released {
+		return false
+	}
+	if m.ttl > 0 {
+		return m.clock.Now().Before(r.expires)
+	}
+	return !m.dead[r.owner]
+}
+
+func (m *model) newExpiry() time.Time {
+	if m.ttl == 0 {
+		return time.Time{}
+	}
+	return m.clock.Now().Add(m.ttl)
+}
+
+// holds reports whether slot holds the grant the record names.
+func holds(s *modelSlot, key string, r *modelRecord) bool {
+	g, ok := s.grants[key]
+	return ok && r != nil && !r.released && g.Owner == r.owner && g.Epoch == r.epoch
+}
+
+func (m *model) acquire(t *rapid.T) {
+	s, key := m.pick(t)
+	r := m.records[key]
+	got, err := s.store.Acquire(ctxBG, key)
+
+	if holds(s, key, r) && m.live(r) { // R4c
+		if err != nil || got != s.grants[key] {
+			t.Fatalf("re-entrant Acquire(%s) by %s = %+v, %v; want the same grant %+v", key, s.owner, got, err, s.grants[key])
+		}
+		return
+	}
+	if m.live(r) { // R4e
+		var held *lease.HeldError
+		if !errors.As(err, &held) || held.Owner != r.owner || held.Epoch != r.epoch {
+			t.Fatalf("Acquire(%s) by %s at %v = %+v, %v; want ErrHeld naming %s epoch %d until %v",
+				key, s.owner, m.clock.Now(), got, err, r.owner, r.epoch, r.expires)
+		}
+		return
+	}
+	want := lease.Grant{Key: key, Owner: s.owner, Epoch: 1, ExpiresAt: m.newExpiry()}
+	if r != nil { // R4b, R4d, R4f
+		want.Epoch = r.epoch + 1
+		want.PreviousUnclean = !r.released && !holds(s, key, r)
+	}
+	if err != nil || got.Key != want.Key || got.Owner != want.Owner || got.Epoch != want.Epoch ||
+		got.PreviousUnclean != want.PreviousUnclean || !got.ExpiresAt.Equal(want.ExpiresAt) {
+		t.Fatalf("Acquire(%s) by %s at %v = %+v, %v; want %+v (record %+v)", key, s.owner, m.clock.Now(), got, err, want, r)
+	}
+	if r != nil && got.Epoch <= r.epoch { // R2, stated on its own
+		t.Fatalf("epoch went from %d to %d", r.epoch, got.Epoch)
+	}
+	m.records[key] = &modelRecord{owner: got.Owner, epoch: got.Epoch, expires: got.ExpiresAt}
+	s.grants[key] = got
+}
+
+// matches reports whether the record still names g, unreleased (R6, R7).
+func matches(r *modelRecord, g lease.Grant) bool {
+	return r != nil && !r.released && r.owner == g.Owner && r.epoch == g.Epoch
+}
+
+func (m *model) renew(t *rapid.T) {
+	s, key := m.pick(t)
+	g, ok := s.grants[key]
+	if !ok {
+		t.Skip("no grant to renew")
+	}
+	r := m.records[key]
+	got, err := s.store.Renew(ctxBG, g)
+	if !matches(r, g) || !m.live(r) { // R6: after a steal, a release or expiry
+		if !errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrHeld) {
+			t.Fatalf("Renew(%+v) at %v = %+v, %v; want ErrLost (record %+v)", g, m.clock.Now(), got, err, r)
+		}
+		return
+	}
+	want := g
+	want.ExpiresAt = m.newExpiry()
+	if err != nil || got.Key != want.Key || got.Owner != want.Owner || got.Epoch != want.Epoch || !got.ExpiresAt.Equal(want.ExpiresAt) {
+		t.Fatalf("Renew(%+v) = %+v, %v; want %+v", g, got, err, want)
+	}
+	r.expires = got.ExpiresAt
+	s.grants[key] = got
+}
+
+func (m *model) release(t *rapid.T) {
+	s, key := m.pick(t)
+	g, ok := s.grants[key]
+	if !ok {
+		t.Skip("no grant to release")
+	}
+	r := m.records[key]
+	err := s.store.Release(ctxBG, g)
+	if !matches(r, g) { // R7: after a steal or a release
+		if !errors.Is(err, lease.ErrLost) {
+			t.Fatalf("Release(%+v) = %v; want ErrLost (record %+v)", g, err, r)
+		}
+		return
+	}
+	if err != nil { // R7: also after expiry, if nobody took over
+		t.Fatalf("Release(%+v) at %v = %v; want nil (record %+v)", g, m.clock.Now(), err, r)
+	}
+	r.released = true
+}
+
+// advance moves the clock by up to two TTLs, in whole milliseconds.
+func (m *model) advance(t *rapid.T) {
+	limit := 2 * max(int(m.ttl/time.Millisecond), 100)
+	m.clock.Advance(time.Duration(rapid.IntRange(0, limit).Draw(t, "ms")) * time.Millisecond)
+}
+
+// toExpiry moves the clock to a live record's expiry or 1ms before it,
+// where off-by-one rules break.
+func (m *model) toExpiry(t *rapid.T) {
+	r := m.records[rapid.SampledFrom(m.keys).Draw(t, "key")]
+	if m.ttl == 0 || !m.live(r) {
+		t.Skip("no live expiring record")
+	}
+	at := r.expires
+	if rapid.Bool().Draw(t, "just before") {
+		at = at.Add(-time.Millisecond)
+	}
+	m.clock.Set(at)
+}
+
+// crash drops a store without releasing anything, as a dying process
+// does, and starts a new one with a new owner in its place.
+func (m *model) crash(t *rapid.T) {
+	i := rapid.IntRange(0, len(m.slots)-1).Draw(t, "slot")
+	old := m.slots[i]
+	if err := old.store.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	m.dead[old.owner] = true
+	m.slots[i] = m.newSlot()
+}
+
+// check compares every key's live holder with the model: at most one, and
+// the right one.
+func (m *model) check(t *rapid.T) {
+	for _, key := range m.keys {
+		r := m.records[key]
+		got, err := m.slots[0].store.Holder(ctxBG, key)
+		if !m.live(r) {
+			if !errors.Is(err, lease.ErrNotFound) {
+				t.Fatalf("Holder(%s) at %v = %+v, %v; want ErrNotFound (record %+v)", key, m.clock.Now(), got, err, r)
+			}
+			continue
+		}
+		if err != nil || got.Owner != r.owner || got.Epoch != r.epoch || got.Released || !got.ExpiresAt.Equal(r.expires) {
+			t.Fatalf("Holder(%s) at %v = %+v, %v; want %+v", key, m.clock.Now(), got, err, r)
+		}
+	}
+}

@@ -78,9 +78,9 @@ func DriverCapabilities(d Driver) Capabilities {
 
 // shippedDrivers is what the drivers of this module state, by name.
 var shippedDrivers = map[string]Capabilities{
-	"memory":  (*memoryDriver)(nil).Capabilities(),
-	"sqlite":  (*sqliteDriver)(nil).Capabilities(),
-	"mongodb": (*mongoDriver)(nil).Capabilities(),
+	"memory":   (*memoryDriver)(nil).Capabilities(),
+	"sqlite":   (*sqliteDriver)(nil).Capabilities(),
+	"mongodb":  (*mongoDriver)(nil).Capabilities(),
 	"postgres": (*postgresDriver)(nil).Capabilities(),
 }
 
@@ -118,7 +118,7 @@ func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 	case "mongodb", "mongodb+srv":
 		return openMongoStore(ctx, u.mongo, opts)
 	case "postgres", "postgresql":
-		return openPostgresStore(ctx, u.rest, opts)
+		return openPostgresStore(ctx, u.scheme+":"+u.rest, opts)
 	case "file":
 		return openLocalStore(u.rest, opts)
 	}
@@ -149,7 +149,6 @@ func parseStoreURL(url string) (storeURL, error) {
 		return u, err
 	case "postgres", "postgresql":
 		_, _, err := splitPostgresURL(url)
-		u.rest = url
 		return u, err
 	}
 	return storeURL{}, fmt.Errorf("lease: unknown store scheme %q in %q; want sqlite:, mongodb://, postgres://, file: or memory:",

@@ -282,7 +282,7 @@ func checkStoreURL(t *testing.T, raw string, u storeURL) {
 		t.Fatalf("parseStoreURL(%q) = %+v: scheme and rest do not make the URL", raw, u)
 	}
 	switch u.scheme {
-	case "memory", "sqlite", "file":
+	case "memory", "sqlite", "file", "postgres", "postgresql":
 		return
 	case "mongodb", "mongodb+srv":
 	default:

@@ -366,17 +366,28 @@ func Run(ctx context.Context, s Store, key string, fn func(ctx context.Context, 
 	return fn(fctx, h.Grant())
 }
 
-// waitError is why Hold gave up waiting: its context ended, and the last
-// look that completed found the key held (or storage failing). It matches
-// both, in one line.
+// waitError is why Hold gave up waiting: its context ended; the last look
+// that completed found the key held or storage failing; and, if any look
+// found the key held, that look's *HeldError. It matches all of them (so
+// ErrHeld whenever the key was found held), in one line.
 type waitError struct {
 	key  string
 	ctx  error // the context's error
+	held error // the last look that found the key held; nil if none did
 	last error // the last completed look's error
 }
 
 func (e *waitError) Error() string {
-	return fmt.Sprintf("lease: gave up waiting for %q: %v; last look: %s", e.key, e.ctx, oneLine(e.last))
+	msg := fmt.Sprintf("lease: gave up waiting for %q: %v", e.key, e.ctx)
+	if e.held != nil && e.held != e.last {
+		msg += "; " + oneLine(e.held)
+	}
+	return msg + "; last look: " + oneLine(e.last)
 }
 
-func (e *waitError) Unwrap() []error { return []error{e.ctx, e.last} }
+func (e *waitError) Unwrap() []error {
+	if e.held != nil && e.held != e.last {
+		return []error{e.ctx, e.held, e.last}
+	}
+	return []error{e.ctx, e.last}
+}

@@ -20,6 +20,7 @@ type waiter struct {
 	backoff time.Duration   // the wait before the look after next
 	watched bool            // the store tells of releases: no polling
 	last    error           // the last completed look's error
+	held    error           // the last look that found the key held, if any
 	done    bool            // answered, or gone
 	woken   atomic.Bool     // the store told of a release since the last look
 }
@@ -48,6 +49,9 @@ type releaseWatcher interface {
 // failing: first), until the keeper's loop acquires it or ctx ends.
 func (k *keeper) wait(ctx context.Context, key string, first error) (Grant, time.Time, error) {
 	w := &waiter{key: key, ch: make(chan waitResult, 1), last: first, backoff: holdMinBackoff}
+	if errors.Is(first, ErrHeld) {
+		w.held = first
+	}
 	stop := k.watch(w)
 	defer stop()
 	k.mu.Lock()
@@ -71,14 +75,14 @@ func (k *keeper) wait(ctx context.Context, key string, first error) (Grant, time
 	}
 	k.mu.Lock()
 	k.dropWaiterLocked(w)
-	last := w.last
+	last, held := w.last, w.held
 	k.mu.Unlock()
 	select {
 	case r := <-w.ch: // answered just before it was dropped
 		return r.g, r.start, r.err
 	default:
 	}
-	return Grant{}, time.Time{}, &waitError{key: key, ctx: ctx.Err(), last: last}
+	return Grant{}, time.Time{}, &waitError{key: key, ctx: ctx.Err(), held: held, last: last}
 }
 
 // watch asks the store to tell of releases of w's key, if it can.
@@ -210,6 +214,9 @@ func (k *keeper) lookBatch(keys []string) {
 		default:
 			for _, w := range ws {
 				w.last = r.err
+				if errors.Is(r.err, ErrHeld) {
+					w.held = r.err
+				}
 				k.rescheduleLocked(w, r.err, now)
 			}
 		}

@@ -37,6 +37,7 @@ import (
 type LocalStore struct {
 	root   string
 	cfg    config
+	holds  keeperSlot // Hold's loop for this store
 	locks  keyLocks
 	closed chan struct{} // closed when Close begins
 
@@ -431,6 +432,17 @@ func (s *LocalStore) ReleaseAll(ctx context.Context) error {
 	}
 	close(next)
 	wg.Wait()
+	var done, lostGrants []Grant
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			done = append(done, grants[i])
+		case errors.Is(err, ErrLost):
+			lostGrants = append(lostGrants, grants[i])
+		}
+	}
+	s.holds.ended(done, releasedCause)
+	s.holds.ended(lostGrants, func(g Grant) error { return lost(g.Key, g.Epoch) })
 	return errors.Join(errs...)
 }
 
@@ -463,6 +475,8 @@ func (s *LocalStore) Close() error {
 
 // closedSignal returns a channel that is closed when Close begins.
 func (s *LocalStore) closedSignal() <-chan struct{} { return s.closed }
+
+func (s *LocalStore) keeperSlot() *keeperSlot { return &s.holds }
 
 // begin checks a call's key, context and store, then takes key's lock.
 func (s *LocalStore) begin(ctx context.Context, key string) (unlock func(), err error) {

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
 )
 
 // newLocal returns a LocalStore on root that the test closes at its end.

@@ -251,6 +251,10 @@ func (d *sqliteDriver) setupFile(ctx context.Context) error {
 // handler for it, so a SQLITE_BUSY (another opener reading or writing) is
 // retried with short pauses until ctx ends.
 func switchToWAL(ctx context.Context, conn *sql.Conn) error {
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err == nil && strings.EqualFold(mode, "wal") {
+		return nil // already WAL: nothing to switch, no lock needed
+	}
 	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
 		var mode string
 		err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
@@ -356,6 +360,12 @@ func joinColumns(cols []sqliteColumn) string {
 // lock: another process creating them at the same instant is either
 // wholly before or wholly after. A refused file is rolled back untouched.
 func ensureSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
+	// Most opens find the schema in place: check it in a read transaction
+	// (one snapshot), which a writer holding the write lock does not block.
+	create, err := checkSQLiteSchemaRead(ctx, conn)
+	if err != nil || !create {
+		return err
+	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
@@ -364,7 +374,7 @@ func ensureSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
 			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
 		}
 	}()
-	create, err := checkSQLiteSchema(ctx, conn)
+	create, err = checkSQLiteSchema(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -379,6 +389,15 @@ func ensureSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
 		}
 	}
 	return nil
+}
+
+// checkSQLiteSchemaRead is checkSQLiteSchema in a read transaction of its own.
+func checkSQLiteSchemaRead(ctx context.Context, conn *sql.Conn) (create bool, err error) {
+	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		return false, err
+	}
+	defer func() { _, _ = conn.ExecContext(context.Background(), "ROLLBACK") }()
+	return checkSQLiteSchema(ctx, conn)
 }
 
 // Name returns "sqlite".

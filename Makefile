@@ -10,6 +10,7 @@ vet:
 	@unformatted=$$(gofmt -l . | grep -v '^testdata/'); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 # bench: every store beside its floor, with storage round trips per operation.
 bench:

@@ -121,19 +121,19 @@ func benchDriverFloor(b *testing.B, open func(b *testing.B) Driver) {
 	})
 	b.Run("floor-cycle", func(b *testing.B) {
 		d := open(b)
-		v, err := d.Put(ctxBG, rec("k", true), Precondition{Absent: true})
-		if err != nil {
+		if _, err := d.Put(ctxBG, rec("k", true), Precondition{Absent: true}); err != nil {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
 		for range b.N {
-			if _, v, err = d.Get(ctxBG, "k"); err != nil {
+			_, v, err := d.Get(ctxBG, "k")
+			if err != nil {
 				b.Fatal(err)
 			}
 			if v, err = d.Put(ctxBG, rec("k", false), Precondition{Version: v}); err != nil {
 				b.Fatal(err)
 			}
-			if v, err = d.Put(ctxBG, rec("k", true), Precondition{Version: v}); err != nil {
+			if _, err = d.Put(ctxBG, rec("k", true), Precondition{Version: v}); err != nil {
 				b.Fatal(err)
 			}
 		}

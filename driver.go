@@ -137,7 +137,7 @@ type storeURL struct {
 func parseStoreURL(url string) (storeURL, error) {
 	scheme, rest, ok := strings.Cut(url, ":")
 	if !ok {
-		return storeURL{}, fmt.Errorf("lease: store URL %q has no scheme; want sqlite:, mongodb://, postgres://, file: or memory:", url)
+		return storeURL{}, fmt.Errorf("lease: store URL %q has no scheme; want sqlite:, mongodb://, postgres://, file: or memory: (see lease.Open)", url)
 	}
 	u := storeURL{scheme: scheme, rest: rest}
 	switch scheme {
@@ -151,7 +151,7 @@ func parseStoreURL(url string) (storeURL, error) {
 		_, _, err := splitPostgresURL(url)
 		return u, err
 	}
-	return storeURL{}, fmt.Errorf("lease: unknown store scheme %q in %q; want sqlite:, mongodb://, postgres://, file: or memory:",
+	return storeURL{}, fmt.Errorf("lease: unknown store scheme %q in %q; want sqlite:, mongodb://, postgres://, file: or memory: (see lease.Open)",
 		scheme, redactMongoURL(url)) // any scheme://user:password@ form
 }
 

@@ -348,7 +348,7 @@ func TestHoldTakesOverExpiredKey(t *testing.T) {
 		e := newHoldEnv(t)
 		dead := mustAcquire(t, e.store("bob", 90*time.Second), "job") // never renewed
 		h := mustHold(t, e.store("alice", holdTTL), "job")
-		if late := time.Now().Sub(dead.ExpiresAt); late < 0 || late >= holdMinBackoff {
+		if late := time.Since(dead.ExpiresAt); late < 0 || late >= holdMinBackoff {
 			t.Errorf("took over %v after bob's expiry; want within %v", late, holdMinBackoff)
 		}
 		if g := h.Grant(); g.Epoch != dead.Epoch+1 || !g.PreviousUnclean {

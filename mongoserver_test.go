@@ -148,8 +148,8 @@ func ferretBinary() (string, error) {
 		return "", err
 	}
 	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
 		goCmd = "go"
 	}
 	cmd := exec.Command(goCmd, "build", "-o", tmp, ".")

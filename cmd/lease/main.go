@@ -193,11 +193,11 @@ func storeURL(flagValue string) string {
 func checkScheme(url string) error {
 	scheme, _, ok := strings.Cut(url, ":")
 	if !ok {
-		return fmt.Errorf("store URL %q has no scheme; want sqlite:, mongodb://, postgres://, file: or memory:", url)
+		return fmt.Errorf("store URL %q has no scheme; want sqlite:, mongodb://, postgres://, file: or memory: (see lease.Open)", url)
 	}
 	switch scheme {
 	case "sqlite", "mongodb", "mongodb+srv", "postgres", "postgresql", "file", "memory":
 		return nil
 	}
-	return fmt.Errorf("unknown store scheme %q in %q; want sqlite:, mongodb://, postgres://, file: or memory:", scheme, url)
+	return fmt.Errorf("unknown store scheme %q in %q; want sqlite:, mongodb://, postgres://, file: or memory: (see lease.Open)", scheme, url)
 }

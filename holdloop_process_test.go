@@ -1,0 +1,199 @@
+//go:build unix
+
+package lease
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The profile-host tests: a real process holds a few hundred keys through
+// Hold on one SQLite file, with the real clock; this process waits for all
+// of them through Hold, and takes them over when the holder releases them
+// all (R13) or is SIGKILLed (R4f), in a few batched round trips (R12).
+
+const (
+	manyChildEnv  = "LEASE_TEST_MANY_CHILD" // the SQLite file the child holds keys in
+	manyKeys      = 300
+	manyTTL       = time.Second // real time: Hold times renewals on the real clock
+	manyReleaseIn = "releaseall"
+)
+
+func manyKey(i int) string { return fmt.Sprintf("profile:%04d", i) }
+
+// TestManyChild is the child's entry point: it holds manyKeys keys
+// through Hold, says "held", and on "releaseall" releases them all in
+// one call and says "released". Run directly it does nothing.
+func TestManyChild(t *testing.T) {
+	path := os.Getenv(manyChildEnv)
+	if path == "" {
+		return
+	}
+	s, err := Open(ctxBG, "sqlite:"+path, WithOwner("node-a"), WithTTL(manyTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range manyKeys {
+		if _, err := Hold(ctxBG, s, manyKey(i), FailIfHeld()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fmt.Println("held")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if sc.Text() == manyReleaseIn {
+			if err := s.ReleaseAll(ctxBG); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Println("released")
+		}
+	}
+}
+
+// manyChild starts the child on path and waits until it holds its keys.
+func manyChild(t *testing.T, path string) (cmd *exec.Cmd, say func(string), lines *bufio.Scanner) {
+	t.Helper()
+	cmd = exec.Command(os.Args[0], "-test.run=^TestManyChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), manyChildEnv+"="+path)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines = bufio.NewScanner(stdout)
+	waitLine(t, lines, "held")
+	return cmd, func(s string) { fmt.Fprintln(stdin, s) }, lines
+}
+
+func waitLine(t *testing.T, lines *bufio.Scanner, want string) {
+	t.Helper()
+	for lines.Scan() {
+		if strings.TrimSpace(lines.Text()) == want {
+			return
+		}
+	}
+	t.Fatalf("the child ended before saying %q", want)
+}
+
+// waitAll starts one Hold per key on s, all waiting while the child holds
+// them, and returns a function that collects their grants.
+func waitAll(t *testing.T, s Store) func() []Grant {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	grants := make([]Grant, manyKeys)
+	var wg sync.WaitGroup
+	for i := range manyKeys {
+		wg.Go(func() {
+			h, err := Hold(ctx, s, manyKey(i))
+			if err != nil {
+				t.Errorf("Hold(%s) = %v", manyKey(i), err)
+				return
+			}
+			grants[i] = h.Grant()
+		})
+	}
+	return func() []Grant { wg.Wait(); return grants }
+}
+
+// waitersBlocked waits until every Hold has looked once and found its key
+// held: the keeper of s has a waiter for each key.
+func waitersBlocked(t *testing.T, s *DocumentStore) {
+	t.Helper()
+	k := keeperFor(s)
+	for range 2000 {
+		k.mu.Lock()
+		n := len(k.waits)
+		k.mu.Unlock()
+		if n == manyKeys {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the waiters to register, not for time to pass
+	}
+	t.Fatal("the Holds did not all start waiting")
+}
+
+func manyStore(t *testing.T, path string) (*DocumentStore, *tripCounter) {
+	d, err := OpenSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	c := &tripCounter{Driver: d}
+	s, err := NewDocumentStore(c, WithOwner("node-b"), WithTTL(manyTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, c
+}
+
+// TestManyReleaseAllAcrossProcesses: R13, R12. A node that releases its
+// few hundred keys with one ReleaseAll hands every one of them, clean, to
+// the node waiting for them, which takes them in a few batched round trips.
+func TestManyReleaseAllAcrossProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.db")
+	_, say, lines := manyChild(t, path)
+	s, c := manyStore(t, path)
+	collect := waitAll(t, s)
+	waitersBlocked(t, s)
+	c.take()
+	say(manyReleaseIn)
+	waitLine(t, lines, "released")
+	grants := collect()
+	if trips := c.take(); trips > 24 { // polls while the key is held, then one read and one write
+		t.Errorf("taking %d released keys cost %d round trips; want a few batches", manyKeys, trips)
+	}
+	for _, g := range grants {
+		if g.Epoch != 2 || g.PreviousUnclean || g.Owner != "node-b" {
+			t.Errorf("took %+v; want node-b, epoch 2, not PreviousUnclean", g)
+		}
+	}
+	if err := s.ReleaseAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestManyTakeoverAfterKill: R4f, R12. When the node holding a few
+// hundred keys is SIGKILLed, the waiting node takes every key after its
+// expiry, each PreviousUnclean, in a few batched round trips.
+func TestManyTakeoverAfterKill(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.db")
+	cmd, _, _ := manyChild(t, path)
+	s, c := manyStore(t, path)
+	collect := waitAll(t, s)
+	waitersBlocked(t, s)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	c.take()
+	grants := collect()
+	if trips := c.take(); trips > 24 { // polls while the key is held, then one read and one write
+		t.Errorf("taking over %d keys of a dead node cost %d round trips; want a few batches", manyKeys, trips)
+	}
+	for _, g := range grants {
+		if g.Epoch != 2 || !g.PreviousUnclean || g.Owner != "node-b" {
+			t.Errorf("took %+v; want node-b, epoch 2, PreviousUnclean", g)
+		}
+	}
+	if err := s.ReleaseAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

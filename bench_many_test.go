@@ -95,6 +95,7 @@ func openSQLiteMany(b *testing.B) (Driver, func(b *testing.B, n int) time.Durati
 	}
 	b.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1)
+	update := mustPrepare(b, db, sqliteUpdate)
 	version := int64(0)
 	floor := func(b *testing.B, n int) time.Duration {
 		if version == 0 { // the floor's own rows, written once
@@ -114,7 +115,7 @@ func openSQLiteMany(b *testing.B) (Driver, func(b *testing.B, n int) time.Durati
 		if err != nil {
 			b.Fatal(err)
 		}
-		stmt := tx.Stmt(mustPrepare(b, db, sqliteUpdate))
+		stmt := tx.Stmt(update)
 		ms := time.Now().UnixMilli()
 		for i := range n {
 			if _, err := stmt.Exec("floor", 1, ms, 0, version+1, fmt.Sprintf("floor:%06d", i), version); err != nil {

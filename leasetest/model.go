@@ -107,13 +107,14 @@ func (m *model) newSlot() *modelSlot {
 
 func (m *model) run() {
 	m.t.Repeat(map[string]func(*rapid.T){
-		"acquire":   m.acquire,
-		"renew":     m.renew,
-		"release":   m.release,
-		"advance":   m.advance,
-		"to expiry": m.toExpiry,
-		"crash":     m.crash,
-		"":          m.check,
+		"acquire":     m.acquire,
+		"renew":       m.renew,
+		"release":     m.release,
+		"release all": m.releaseAll,
+		"advance":     m.advance,
+		"to expiry":   m.toExpiry,
+		"crash":       m.crash,
+		"":            m.check,
 	})
 }
 
@@ -227,6 +228,23 @@ func (m *model) release(t *rapid.T) {
 		t.Fatalf("Release(%+v) at %v = %v; want nil (record %+v)", g, m.clock.Now(), err, r)
 	}
 	r.released = true
+}
+
+// releaseAll releases every grant one store holds, in one call (R13):
+// each key whose record still names the store's grant is released,
+// whatever its expiry; a key taken by another owner may add an error
+// matching ErrLost, and nothing else fails.
+func (m *model) releaseAll(t *rapid.T) {
+	s := m.slots[rapid.IntRange(0, len(m.slots)-1).Draw(t, "slot")]
+	err := s.store.ReleaseAll(ctxBG)
+	if err != nil && !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("ReleaseAll by %s = %v; want nil or ErrLost", s.owner, err)
+	}
+	for key, g := range s.grants {
+		if r := m.records[key]; matches(r, g) {
+			r.released = true
+		}
+	}
 }
 
 // advance moves the clock by up to two TTLs, in whole milliseconds.

@@ -160,7 +160,7 @@ func (s *DocumentStore) Renew(ctx context.Context, g Grant) (Grant, error) {
 			return Grant{}, err
 		}
 		now := s.cfg.now()
-		if expired(h.grant.ExpiresAt, now) {
+		if expired(h.grant.ExpiresAt, now) && mutant != mutantRenewExpired {
 			if attempt == 0 {
 				continue // the table may be behind the record (R6): read it
 			}
@@ -195,6 +195,9 @@ func (s *DocumentStore) Release(ctx context.Context, g Grant) error {
 		}
 		if err != nil {
 			return err
+		}
+		if mutant == mutantReleaseLost {
+			return nil // report success without writing
 		}
 		err = s.write(ctx, "release", h.grant, true, Precondition{Version: h.version})
 		if err == nil {
@@ -336,6 +339,10 @@ func (s *DocumentStore) readResult(op, key string, rec Record, version uint64, e
 	if err == nil {
 		err = checkRecord(rec, key)
 	}
+	if mutant == mutantCorruptAbsent && errors.Is(err, ErrCorrupt) {
+		s.settle(key, nil, 0)
+		return nil, 0, nil // read a corrupt record as no record
+	}
 	if err != nil {
 		return nil, 0, &StorageError{Op: op, Key: key, Err: err}
 	}
@@ -459,10 +466,13 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew, 
 		}
 		s.mu.Unlock()
 	}
+	if mutant == mutantReleaseAnyEpoch && !renew && rec != nil {
+		return heldGrant{grant: g, version: version}, nil // release whatever the record names
+	}
 	if rec == nil || rec.Released || rec.Owner != g.Owner || rec.Epoch != g.Epoch {
 		return heldGrant{}, lost(g.Key, g.Epoch)
 	}
-	if renew && expired(rec.ExpiresAt, s.cfg.now()) {
+	if renew && expired(rec.ExpiresAt, s.cfg.now()) && mutant != mutantRenewExpired {
 		return heldGrant{}, lost(g.Key, g.Epoch)
 	}
 	g.ExpiresAt = rec.ExpiresAt
@@ -498,6 +508,9 @@ var errSuperseded = errors.New("lease: write superseded")
 func (s *DocumentStore) write(ctx context.Context, op string, g Grant, released bool, pre Precondition) error {
 	p := pendingWrite{want: recordOf(g, released), grant: g, pre: pre}
 	version, err := s.d.Put(ctx, p.want, pre)
+	if mutant == mutantNoReread && err != nil && !errors.Is(err, ErrConflict) {
+		return &StorageError{Op: op, Key: g.Key, Err: err} // neither remembered nor re-read
+	}
 	if err = s.answered(op, &p, version, err); !isUnknown(err) {
 		return err
 	}
@@ -539,6 +552,9 @@ func (s *DocumentStore) answered(op string, p *pendingWrite, version uint64, err
 	s.mu.Lock()
 	s.writes++
 	p.id = s.writes
+	if mutant == mutantOnePending {
+		s.pending[key] = nil // forget older unsettled writes
+	}
 	s.pending[key] = append(s.pending[key], *p)
 	s.mu.Unlock()
 	s.cfg.logger.Warn("lease: write outcome unknown; re-reading", "op", op, "key", key, "err", err)

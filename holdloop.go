@@ -332,6 +332,9 @@ func (k *keeper) runJob(job func()) {
 // expireLocked ends every Held whose deadline has come: renewals kept
 // failing until ExpiresAt minus the safety margin.
 func (k *keeper) expireLocked(now time.Time) {
+	if mutant == mutantNoDeadline {
+		return // keep holding past the deadline
+	}
 	for _, hs := range k.helds {
 		for _, h := range slices.Clone(hs) {
 			if h.deadline.IsZero() || now.Before(h.deadline) {
@@ -355,7 +358,7 @@ func (k *keeper) nextWakeLocked(now time.Time) time.Time {
 	next := now.Add(time.Hour)
 	for _, hs := range k.helds {
 		for _, h := range hs {
-			if !h.deadline.IsZero() {
+			if !h.deadline.IsZero() && mutant != mutantNoDeadline { // the mutant must not wake for a deadline it ignores
 				next = earliest(next, h.deadline)
 			}
 			if !h.due.IsZero() && !k.busy {

@@ -604,6 +604,9 @@ func (s *LocalStore) createLockFile(key string) error {
 // stillLinked reports whether key's lock file path still names the inode
 // that h has locked.
 func (s *LocalStore) stillLinked(key string, h *localLock) bool {
+	if mutant == mutantSkipInode {
+		return true // trust the locked inode without looking at the path
+	}
 	now, err := pathID(s.lockPath(key))
 	return err == nil && now.same(h.id)
 }

@@ -1,9 +1,20 @@
 package lease
 
-// The deliberately broken variants of decide that `make mutants` checks the
-// model test against. See mutant_on.go.
+// The deliberately broken variants that `make mutants` (.ci/mutants) checks
+// the project's tests against, one per rule. Each is one hook of the form
+// `if mutant == mutantX`, which compiles away in normal builds. See
+// mutant_on.go.
 const (
-	mutantEarly       = "early"        // take over 1 ms before expiry
-	mutantKeepEpoch   = "keep_epoch"   // keep the epoch on takeover
-	mutantDropUnclean = "drop_unclean" // never report PreviousUnclean
+	mutantEarly           = "early"             // R4: take over 1 ms before expiry (decide)
+	mutantKeepEpoch       = "keep_epoch"        // R2: keep the epoch on takeover (decide)
+	mutantDropUnclean     = "drop_unclean"      // R4: never report PreviousUnclean (decide)
+	mutantRenewExpired    = "renew_expired"     // R6: renew a grant whose record has expired (Renew, holding)
+	mutantReleaseLost     = "release_lost"      // R7: report a release done without writing it (Release)
+	mutantReleaseAnyEpoch = "release_any_epoch" // R7: release whatever record a re-read finds (holding)
+	mutantNoReread        = "no_reread"         // R9: return a write of unknown outcome as failed, unremembered (write)
+	mutantOnePending      = "one_pending"       // R9: remember only the newest unsettled write (answered)
+	mutantCorruptAbsent   = "corrupt_absent"    // R10: read a corrupt record as no record (readResult)
+	mutantSkipInode       = "skip_inode"        // local: skip the re-check that the path still names the locked inode (stillLinked)
+	mutantEmptyAbsent     = "empty_absent"      // local: read an empty lock file as a key never written (readRecord)
+	mutantNoDeadline      = "no_deadline"       // Hold: never end a held lease at its deadline (expireLocked, nextWakeLocked)
 )

@@ -2,6 +2,6 @@
 
 package lease
 
-// mutant selects a deliberately broken variant of decide for `make mutants`;
+// mutant selects a deliberately broken variant for `make mutants`;
 // in normal builds it is the empty constant and the checks compile away.
 const mutant = ""

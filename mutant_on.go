@@ -4,7 +4,7 @@ package lease
 
 import "os"
 
-// mutant selects a deliberately broken variant of decide, named by the
-// LEASE_MUTANT environment variable. `make mutants` runs the model test
-// against each one and fails unless the model catches it.
+// mutant selects a deliberately broken variant (see mutant.go), named by
+// the LEASE_MUTANT environment variable. `make mutants` (.ci/mutants) runs
+// each one's test selection and fails unless a test catches it.
 var mutant = os.Getenv("LEASE_MUTANT")

@@ -38,11 +38,11 @@ tidy-check:
 # exist fails the run, so that the list cannot silently go stale.
 FUZZTIME ?= 30s
 FUZZ_TARGETS = FuzzSQLiteRow FuzzMongoRecord FuzzValidateKey FuzzValidateOwner FuzzStoreURL \
-	FuzzLocalRecord
+	FuzzLocalRecord FuzzLocalSlots
 fuzz:
 	@have=$$($(GO) test -list='^Fuzz' . | grep '^Fuzz'); \
 	for f in $(FUZZ_TARGETS); do \
 		if ! echo "$$have" | grep -qx "$$f"; then echo "fuzz target $$f does not exist"; exit 1; fi; \
 		echo "fuzzing $$f for $(FUZZTIME)"; \
-		$(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) . || exit 1; \
+		$(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s . || exit 1; \
 	done

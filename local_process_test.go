@@ -4,18 +4,15 @@ package lease
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestLocalProcessKilled: a holder killed with SIGKILL frees the key at
@@ -141,42 +138,7 @@ func acquireUntilNoDescriptors(root string) string {
 // startLocalChild runs a local child named name.
 func startLocalChild(t *testing.T, name string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLocalChild$", "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), childEnvLocal+"="+name)
-	c := &child{owner: name, cmd: cmd, results: make(chan string, 16), exited: make(chan error, 1), stderr: new(bytes.Buffer)}
-	cmd.Stderr = c.stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting child %s: %v", name, err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if line, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
-				c.results <- line
-			}
-		}
-		close(c.results)
-		c.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		c.stdin.Close()
-		select {
-		case <-c.exited:
-		case <-time.After(30 * time.Second): // a guard, not a wait for time to pass
-			c.cmd.Process.Kill()
-		}
-	})
-	if got := c.recv(t); got != "ready" {
-		t.Fatalf("child %s: %s", name, got)
-	}
-	return c
+	return startTestChild(t, "TestLocalChild", name, childEnvLocal+"="+name)
 }
 
 // TestLocalProcessesOpenFreshRoot: 8 processes opening stores at the same

@@ -105,9 +105,17 @@ type child struct {
 // waits until it has opened the store.
 func startChild(t *testing.T, url, owner string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestStoreChild$", "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), childEnvStore+"="+url, childEnvOwner+"="+owner)
-	c := &child{owner: owner, cmd: cmd, results: make(chan string, 16), exited: make(chan error, 1), stderr: new(bytes.Buffer)}
+	return startTestChild(t, "TestStoreChild", owner, childEnvStore+"="+url, childEnvOwner+"="+owner)
+}
+
+// startTestChild runs the test binary as the child test named test, with
+// env added to its environment, and waits until it answers "ready". Its
+// "RESULT ..." lines become the child's answers.
+func startTestChild(t *testing.T, test, name string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), env...)
+	c := &child{owner: name, cmd: cmd, results: make(chan string, 16), exited: make(chan error, 1), stderr: new(bytes.Buffer)}
 	cmd.Stderr = c.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -117,7 +125,7 @@ func startChild(t *testing.T, url, owner string) *child {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting child %s: %v", owner, err)
+		t.Fatalf("starting child %s: %v", name, err)
 	}
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -138,7 +146,7 @@ func startChild(t *testing.T, url, owner string) *child {
 		}
 	})
 	if got := c.recv(t); got != "ready" {
-		t.Fatalf("child %s: %s", owner, got)
+		t.Fatalf("child %s: %s", name, got)
 	}
 	return c
 }

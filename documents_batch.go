@@ -51,7 +51,11 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 	now := s.cfg.now()
 	for i, g := range gs {
 		h, unlock, ok := s.tableGrant(g)
-		if !ok || expired(h.grant.ExpiresAt, now) {
+		if ok && expired(h.grant.ExpiresAt, now) && mutant != mutantBatchRenewExpired {
+			unlock()
+			ok = false
+		}
+		if !ok {
 			single = append(single, i) // Renew reads the record and decides
 			continue
 		}
@@ -183,6 +187,9 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 			continue
 		}
 		mine, isMine := s.heldAt(key, rec)
+		if mutant == mutantBatchForgetsTable {
+			isMine = false
+		}
 		d := decide(acquireInput{
 			Stored:  rec,
 			Mine:    isMine,

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -543,5 +544,35 @@ func TestHoldGaveUpNamesHolder(t *testing.T) {
 		}
 		e.d.set(outageNone)
 		_ = a.ReleaseAll(t.Context())
+	})
+}
+
+// TestHoldClockStepPastExpiry: R6, R12. When the store's clock steps past
+// the grants' expiry (a wall clock set forward), the batched renewal
+// refuses them, their Helds end with ErrLost, and the keys stay usable:
+// the store acquires each again at once, with the next epoch. (The
+// batched renewal once kept such a key locked, and the loop hung on it.)
+func TestHoldClockStepPastExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var step atomic.Int64
+		clock := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
+		s, err := NewDocumentStore(newCountingDriver(), WithOwner("alice"), WithTTL(holdTTL), WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		hs := holdKeys(t, s, 3)
+		step.Store(int64(2 * holdTTL))
+		time.Sleep(holdTTL/3 + time.Millisecond)
+		synctest.Wait()
+		for _, h := range hs {
+			if cause := context.Cause(h.Context()); !errors.Is(cause, ErrLost) {
+				t.Errorf("%s: cause %v; want ErrLost", h.Grant().Key, cause)
+			}
+			g, err := s.Acquire(t.Context(), h.Grant().Key)
+			if err != nil || g.Epoch != h.Grant().Epoch+1 {
+				t.Errorf("Acquire(%s) after the step = %+v, %v; want epoch %d", h.Grant().Key, g, err, h.Grant().Epoch+1)
+			}
+		}
 	})
 }

@@ -1,6 +1,7 @@
 package leasetest
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,12 +15,14 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestModel checks open's stores against a reference model of R2-R7 with
-// pgregory.net/rapid: 2-4 stores on one backend make random acquires,
-// renews, releases and Holder calls while the clock jumps (to expiries, and
-// 1ms before them) and stores crash (Close without releasing, then a new
-// store with a new owner in their place). Each run uses keys of its own, so
-// every run shares the backend open gives t.
+// TestModel checks open's stores against a reference model of R2-R7 and
+// R12-R13 with pgregory.net/rapid: 2-4 stores on one backend make random
+// acquires, renews, releases, release-alls and Holder calls, and batched
+// acquires and renews where the store offers them to tests, while the
+// clock jumps (to expiries, and 1ms before them) and stores crash (Close
+// without releasing, then a new store with a new owner in their place).
+// Each run uses keys of its own, so every run shares the backend open
+// gives t.
 //
 // checks is the number of runs; 0 uses rapid's -rapid.checks flag (100 by
 // default). A positive checks sets that flag while the test runs, so it
@@ -85,7 +88,8 @@ func newModel(rt *rapid.T, t *testing.T, open StoreOpener, ttl time.Duration) *m
 	run := modelRuns.Add(1)
 	m := &model{
 		t: rt, ttl: ttl, clock: NewClock(),
-		keys:    []string{fmt.Sprintf("model-%d/profile:1", run), fmt.Sprintf("model-%d/jobs/nightly", run)},
+		keys: []string{fmt.Sprintf("model-%d/profile:1", run), fmt.Sprintf("model-%d/profile:2", run),
+			fmt.Sprintf("model-%d/jobs/nightly", run)},
 		records: map[string]*modelRecord{}, dead: map[string]bool{},
 	}
 	m.open = func(owner string) lease.Store { return open(t, m.clock.Now, owner) }
@@ -107,14 +111,16 @@ func (m *model) newSlot() *modelSlot {
 
 func (m *model) run() {
 	m.t.Repeat(map[string]func(*rapid.T){
-		"acquire":     m.acquire,
-		"renew":       m.renew,
-		"release":     m.release,
-		"release all": m.releaseAll,
-		"advance":     m.advance,
-		"to expiry":   m.toExpiry,
-		"crash":       m.crash,
-		"":            m.check,
+		"acquire":       m.acquire,
+		"renew":         m.renew,
+		"release":       m.release,
+		"release all":   m.releaseAll,
+		"acquire batch": m.acquireBatch,
+		"renew batch":   m.renewBatch,
+		"advance":       m.advance,
+		"to expiry":     m.toExpiry,
+		"crash":         m.crash,
+		"":              m.check,
 	})
 }
 
@@ -149,9 +155,14 @@ func holds(s *modelSlot, key string, r *modelRecord) bool {
 
 func (m *model) acquire(t *rapid.T) {
 	s, key := m.pick(t)
-	r := m.records[key]
 	got, err := s.store.Acquire(ctxBG, key)
+	m.acquired(t, s, key, got, err)
+}
 
+// acquired checks s's acquire of key against the model (R2, R4, R5) and
+// records what it took.
+func (m *model) acquired(t *rapid.T, s *modelSlot, key string, got lease.Grant, err error) {
+	r := m.records[key]
 	if holds(s, key, r) && m.live(r) { // R4c
 		if err != nil || got != s.grants[key] {
 			t.Fatalf("re-entrant Acquire(%s) by %s = %+v, %v; want the same grant %+v", key, s.owner, got, err, s.grants[key])
@@ -193,8 +204,13 @@ func (m *model) renew(t *rapid.T) {
 	if !ok {
 		t.Skip("no grant to renew")
 	}
-	r := m.records[key]
 	got, err := s.store.Renew(ctxBG, g)
+	m.renewed(t, s, g, got, err)
+}
+
+// renewed checks s's renewal of g against the model (R6) and records it.
+func (m *model) renewed(t *rapid.T, s *modelSlot, g, got lease.Grant, err error) {
+	r := m.records[g.Key]
 	if !matches(r, g) || !m.live(r) { // R6: after a steal, a release or expiry
 		if !errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrHeld) {
 			t.Fatalf("Renew(%+v) at %v = %+v, %v; want ErrLost (record %+v)", g, m.clock.Now(), got, err, r)
@@ -207,7 +223,62 @@ func (m *model) renew(t *rapid.T) {
 		t.Fatalf("Renew(%+v) = %+v, %v; want %+v", g, got, err, want)
 	}
 	r.expires = got.ExpiresAt
-	s.grants[key] = got
+	s.grants[g.Key] = got
+}
+
+// batcher is a store whose batched acquire and renew (R12) the model can
+// call directly: the lease package's DocumentStore in that package's own
+// tests (its export_test.go), so that the model also drives the batches
+// Hold's loops send. Every key of a batch must answer as if written alone.
+// For other stores the batch steps are skipped.
+type batcher interface {
+	AcquireBatch(ctx context.Context, keys []string) ([]lease.Grant, []error)
+	RenewBatch(ctx context.Context, gs []lease.Grant) ([]lease.Grant, []error)
+}
+
+// pickBatcher draws a slot whose store can batch.
+func (m *model) pickBatcher(t *rapid.T) (*modelSlot, batcher) {
+	s := m.slots[rapid.IntRange(0, len(m.slots)-1).Draw(t, "slot")]
+	b, ok := s.store.(batcher)
+	if !ok {
+		t.Skip("the store has no batched operations")
+	}
+	return s, b
+}
+
+// acquireBatch acquires some keys in one batch: each answers as Acquire would.
+func (m *model) acquireBatch(t *rapid.T) {
+	s, b := m.pickBatcher(t)
+	keys := rapid.SliceOfNDistinct(rapid.SampledFrom(m.keys), 1, len(m.keys), rapid.ID).Draw(t, "keys")
+	got, errs := b.AcquireBatch(ctxBG, keys)
+	if len(got) != len(keys) || len(errs) != len(keys) {
+		t.Fatalf("AcquireBatch(%v) answered %d grants and %d errors", keys, len(got), len(errs))
+	}
+	for i, key := range keys {
+		m.acquired(t, s, key, got[i], errs[i])
+	}
+}
+
+// renewBatch renews some of a store's grants in one batch: each answers
+// as Renew would.
+func (m *model) renewBatch(t *rapid.T) {
+	s, b := m.pickBatcher(t)
+	var gs []lease.Grant
+	for _, key := range m.keys {
+		if g, ok := s.grants[key]; ok && rapid.Bool().Draw(t, "renew "+key) {
+			gs = append(gs, g)
+		}
+	}
+	if len(gs) == 0 {
+		t.Skip("no grants to renew")
+	}
+	got, errs := b.RenewBatch(ctxBG, gs)
+	if len(got) != len(gs) || len(errs) != len(gs) {
+		t.Fatalf("RenewBatch(%d grants) answered %d grants and %d errors", len(gs), len(got), len(errs))
+	}
+	for i, g := range gs {
+		m.renewed(t, s, g, got[i], errs[i])
+	}
 }
 
 func (m *model) release(t *rapid.T) {

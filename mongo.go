@@ -213,8 +213,10 @@ func (d *mongoDriver) update(ctx context.Context, rec Record, version uint64) (u
 
 // mongoBatchChunk is how many writes PutMany sends in one bulkWrite, and
 // how many keys GetMany asks for in one find. FerretDB v1 (a test stand-in,
-// see AllowUnsafeServer) stalls on an update command of about 100 updates,
-// so PutMany sends it ferretBatchChunk writes at a time.
+// see AllowUnsafeServer) keeps every update's query open until the whole
+// update command ends, each holding one of its SQLite backend's 100 pooled
+// connections, so a command of about 100 updates waits for itself forever;
+// PutMany sends it ferretBatchChunk writes at a time.
 const (
 	mongoBatchChunk  = 1000
 	ferretBatchChunk = 50

@@ -115,72 +115,6 @@ func TestMongoRace_R5(t *testing.T) {
 	}
 }
 
-// TestFerretDBRacesWithoutProxy shows why the tests put FerretDB behind a
-// serialising proxy: talking to it directly, 8 clients racing
-// updateOne({_id, version: v}) can all match, so more than one "wins" the
-// same compare-and-swap. MongoDB applies such an update atomically; on a
-// server from MONGODB_URI that is not FerretDB, this test checks that
-// instead: exactly one winner every round.
-func TestFerretDBRacesWithoutProxy(t *testing.T) {
-	const clients, maxRounds = 8, 40
-	s := testMongo(t)
-	direct := make([]*mongo.Collection, clients)
-	name := testCollection(t, sharedMongoClient(t)).Name()
-	for i := range direct {
-		c, err := mongo.Connect(options.Client().ApplyURI(s.uri))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Disconnect(context.Background()) })
-		direct[i] = c.Database("lease_test").Collection(name)
-	}
-	ctx := context.Background()
-	if _, err := direct[0].InsertOne(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "version", Value: int64(1)}}); err != nil {
-		t.Fatal(err)
-	}
-	for round := 1; round <= maxRounds; round++ {
-		v := int64(round)
-		var (
-			mu      sync.Mutex
-			winners int
-			errs    []error
-			start   = make(chan struct{})
-			wg      sync.WaitGroup
-		)
-		for _, coll := range direct {
-			wg.Go(func() {
-				<-start
-				res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "k"}, {Key: "version", Value: v}},
-					bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: v + 1}}}})
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-				} else if res.ModifiedCount == 1 {
-					winners++
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		if len(errs) > 0 {
-			t.Fatalf("round %d: %v", round, errs)
-		}
-		switch {
-		case !s.ferret && winners != 1:
-			t.Fatalf("round %d: %d winners of one compare-and-swap on a server that is not FerretDB; want 1", round, winners)
-		case s.ferret && winners > 1:
-			t.Logf("round %d: %d of %d clients won the same updateOne({_id, version: %d}) on FerretDB without the proxy", round, winners, clients, v)
-			return
-		case winners == 0:
-			t.Fatalf("round %d: nobody won", round)
-		}
-	}
-	if s.ferret {
-		t.Fatalf("FerretDB gave exactly one winner in each of %d rounds: the race the serialising proxy guards against did not show", maxRounds)
-	}
-}
-
 // TestMongoAmbiguousWrites_R9 drops the reply to a write the server
 // applied, for acquire, renew and release: the store re-reads and returns
 // what it got. A write cut before it reached the server is a
@@ -441,32 +375,6 @@ func TestMongoCancelledContext(t *testing.T) {
 	}
 	if _, _, err := d.Get(context.Background(), "k"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after the cancelled Put: %v; want nothing written", err)
-	}
-}
-
-// TestMongoRefusesFerretDB: NewMongoDriver refuses FerretDB, which does
-// not apply a conditional update atomically, unless AllowUnsafeServer is
-// given; a server that is not FerretDB is accepted as is.
-func TestMongoRefusesFerretDB(t *testing.T) {
-	coll := testCollection(t, sharedMongoClient(t))
-	d, err := NewMongoDriver(coll)
-	if !testMongo(t).ferret {
-		if err != nil {
-			t.Fatalf("NewMongoDriver on MONGODB_URI: %v", err)
-		}
-		d.Close()
-		return
-	}
-	if err == nil || !strings.Contains(err.Error(), "FerretDB") || !strings.Contains(err.Error(), "atomic") {
-		t.Fatalf("NewMongoDriver on FerretDB: %v; want a refusal naming FerretDB and atomicity", err)
-	}
-	d, err = NewMongoDriver(coll, AllowUnsafeServer())
-	if err != nil {
-		t.Fatalf("with AllowUnsafeServer: %v", err)
-	}
-	d.Close()
-	if err := testMongoClient(t, nil).Ping(context.Background(), nil); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -1,0 +1,133 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// This file holds how the local store finds, creates and checks its lock
+// files: one per key, named by the key's hash, never deleted or renamed.
+
+// tryLock takes key's flock without waiting, on one descriptor that then
+// also reads and writes the record. locked is false when another holder
+// has the flock. A missing lock file is created whole first (createLockFile).
+//
+// After the flock is taken, the path must still name the inode that was
+// locked: if someone replaced the file, the flock would guard a file that
+// nobody else opens. The descriptor pins its inode, whose number therefore
+// cannot be reused, so a path that names that inode after the flock named
+// it when the flock was taken (the store never unlinks, renames or links
+// over lock files).
+func (s *LocalStore) tryLock(key string) (h *localLock, locked bool, err error) {
+	path := s.lockPath(key)
+	f, id := s.takeSpare(key)
+	if f == nil {
+		f, id, err = openLockFile(path, os.O_RDWR)
+		if errors.Is(err, os.ErrNotExist) {
+			if err := s.createLockFile(key); err != nil {
+				return nil, false, lockFileErr(err)
+			}
+			f, id, err = openLockFile(path, os.O_RDWR)
+		}
+		if err != nil {
+			return nil, false, lockFileErr(err)
+		}
+	}
+	s.roundTrips.Add(1)
+	if locked, err = flockTry(f); err != nil || !locked {
+		s.keepSpare(key, f)
+		return nil, false, lockFileErr(err)
+	}
+	h = &localLock{f: f, id: id}
+	if !s.stillLinked(key, h) {
+		s.unlock(h)
+		return nil, false, fmt.Errorf("lock file %s was replaced while being locked", path)
+	}
+	return h, true, nil
+}
+
+// createLockFile makes key's lock file, whole: its absent marker (write 1,
+// see localrecord.go) is written under a temporary name, made durable and
+// linked into place, so that no store ever sees the file empty. link(2)
+// fails with EEXIST when another store created the file first, which is as
+// good. The first grant written into the file makes its name durable
+// (acquireLocked).
+func (s *LocalStore) createLockFile(key string) error {
+	tmp, err := createTemp(s.root, ".new-")
+	if err != nil {
+		return lockFileErr(err)
+	}
+	defer os.Remove(tmp.Name())
+	err = writeRecord(tmp, 1, absentRecord(key))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), s.lockPath(key)); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// stillLinked reports whether key's lock file path still names the inode
+// that h has locked.
+func (s *LocalStore) stillLinked(key string, h *localLock) bool {
+	if mutant == mutantSkipInode {
+		return true // trust the locked inode without looking at the path
+	}
+	now, err := pathID(s.lockPath(key))
+	return err == nil && now.same(h.id)
+}
+
+// peek reads key's record without the flock. A reader racing a writer may
+// see the slot being written torn; it then reads the other, older slot.
+func (s *LocalStore) peek(key string) (*Record, error) {
+	f, _, err := openLockFile(s.lockPath(key), os.O_RDONLY)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, lockFileErr(err)
+	}
+	defer f.Close()
+	rec, _, err := readRecord(f, key)
+	return rec, err
+}
+
+// lockFileErr marks an error opening a lock file as ErrCorrupt when the
+// path names something the store cannot have made (a directory, a symlink,
+// a FIFO, a file it may not open): such a record cannot be read (R10).
+// Running out of descriptors says so (fdLimitError). Other errors pass
+// through.
+func lockFileErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		return &fdLimitError{err}
+	}
+	for _, e := range []error{syscall.ELOOP, syscall.EISDIR, syscall.ENOTDIR, syscall.EACCES, syscall.EPERM, syscall.ENXIO} {
+		if errors.Is(err, e) {
+			return corrupt("cannot open lock file: %w", err)
+		}
+	}
+	return err
+}
+
+// fdLimitError is running out of descriptors: each held key keeps one
+// open. It matches EMFILE or ENFILE, so that callers do not retry it as a
+// passing storage failure.
+type fdLimitError struct{ err error }
+
+func (e *fdLimitError) Error() string {
+	if errors.Is(e.err, syscall.ENFILE) {
+		return "too many open files in the system: raise the descriptor limit (fs.file-max); each held key keeps one open"
+	}
+	return "too many open files: raise the descriptor limit (ulimit -n); each held key keeps one open"
+}
+
+func (e *fdLimitError) Unwrap() error { return e.err }

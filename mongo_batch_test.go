@@ -300,21 +300,7 @@ func TestMongoList_R14(t *testing.T) {
 			t.Errorf("List(%q, %q, %d) = %q, %v; want %q", tc.prefix, tc.after, tc.limit, got, err, want)
 		}
 	}
-	var paged []string
-	for after := ""; ; {
-		recs, err := d.List(ctx, "", after, 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range recs {
-			paged = append(paged, r.Key)
-		}
-		if len(recs) < 4 {
-			break
-		}
-		after = recs[len(recs)-1].Key
-	}
-	if !slices.Equal(paged, sorted) {
+	if paged := listPaged(t, d, "", 4); !slices.Equal(paged, sorted) {
 		t.Errorf("paged List = %q; want %q", paged, sorted)
 	}
 	if _, err := coll.UpdateOne(ctx, byID("a/a/a"), bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: "x"}}}}); err != nil {

@@ -140,22 +140,6 @@ func TestPostgresListByteOrder_R14(t *testing.T) {
 	if icu && slices.Equal(dbOrder, keys) {
 		t.Fatalf("the ICU database sorts %q in byte order: the test would not show that List ignores the default collation", keys)
 	}
-	list := func(prefix string, limit int) []string {
-		var got []string
-		for after := ""; ; {
-			recs, err := d.(ListDriver).List(ctxBG, prefix, after, limit)
-			if err != nil {
-				t.Fatalf("List(%q, %q): %v", prefix, after, err)
-			}
-			for _, r := range recs {
-				got = append(got, r.Key)
-			}
-			if len(recs) < limit {
-				return got
-			}
-			after = recs[len(recs)-1].Key
-		}
-	}
 	for _, prefix := range []string{"", "a", "A", "a/", "z", "zz", "q", "é", "\x00"} {
 		var want []string
 		for _, k := range keys {
@@ -164,7 +148,7 @@ func TestPostgresListByteOrder_R14(t *testing.T) {
 			}
 		}
 		for _, limit := range []int{1, 3, 100} {
-			if got := list(prefix, limit); !slices.Equal(got, want) {
+			if got := listPaged(t, d.(ListDriver), prefix, limit); !slices.Equal(got, want) {
 				t.Errorf("List(%q) by %d = %q; want %q", prefix, limit, got, want)
 			}
 		}

@@ -278,21 +278,7 @@ func TestSQLiteList_R14(t *testing.T) {
 		}
 	}
 	// Paging by the last key reads every key once, in order.
-	var paged []string
-	for after := ""; ; {
-		recs, err := d.List(ctxBG, "", after, 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range recs {
-			paged = append(paged, r.Key)
-		}
-		if len(recs) < 4 {
-			break
-		}
-		after = recs[len(recs)-1].Key
-	}
-	if !slices.Equal(paged, sorted) {
+	if paged := listPaged(t, d, "", 4); !slices.Equal(paged, sorted) {
 		t.Errorf("paged List = %q; want %q", paged, sorted)
 	}
 	exec("UPDATE leases SET version = 'x' WHERE key = 'a/a/a'")

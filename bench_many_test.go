@@ -9,15 +9,27 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 )
 
 // tripCounter counts a driver's storage round trips, batched or not. It
 // passes PutMany and GetMany on when the driver has them, and otherwise
 // does each write or read alone, counting one round trip for each.
+//
+// It also counts the batched reads (GetMany calls: one per round of the
+// waiting loop), and what the same calls would cost in wire round trips
+// on a real MongoDB, given how the MongoDB driver chunks them there
+// (mongoBatchChunk writes per bulkWrite, keys per find).
 type tripCounter struct {
 	Driver
-	mu    sync.Mutex // guards trips
+	mu    sync.Mutex // guards the counts
 	trips int
+	reads int // GetMany calls
+	mongo int // wire round trips the same calls take on a real MongoDB
 }
 
 var (
@@ -25,34 +37,49 @@ var (
 	_ BatchReader = (*tripCounter)(nil)
 )
 
-func (c *tripCounter) add(n int) {
+func (c *tripCounter) add(trips, reads, items int) {
 	c.mu.Lock()
-	c.trips += n
+	c.trips += trips
+	c.reads += reads
+	c.mongo += max(1, (items+mongoBatchChunk-1)/mongoBatchChunk) * trips
 	c.mu.Unlock()
 }
 
-// take returns the round trips since the last take.
-func (c *tripCounter) take() int {
+// take returns the round trips since the last take, and starts every
+// count afresh.
+func (c *tripCounter) take() int { return c.takeAll().trips }
+
+// tripCounts are a tripCounter's counts since its last take.
+type tripCounts struct{ trips, reads, mongo int }
+
+// peek returns the counts since the last take, without a take.
+func (c *tripCounter) peek() tripCounts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.trips
-	c.trips = 0
+	return tripCounts{c.trips, c.reads, c.mongo}
+}
+
+func (c *tripCounter) takeAll() tripCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := tripCounts{c.trips, c.reads, c.mongo}
+	c.trips, c.reads, c.mongo = 0, 0, 0
 	return n
 }
 
 func (c *tripCounter) Get(ctx context.Context, key string) (Record, uint64, error) {
-	c.add(1)
+	c.add(1, 0, 1)
 	return c.Driver.Get(ctx, key)
 }
 
 func (c *tripCounter) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
-	c.add(1)
+	c.add(1, 0, 1)
 	return c.Driver.Put(ctx, rec, pre)
 }
 
 func (c *tripCounter) PutMany(ctx context.Context, ws []Write) ([]PutResult, error) {
 	if bd, ok := c.Driver.(BatchDriver); ok {
-		c.add(1)
+		c.add(1, 0, len(ws))
 		return bd.PutMany(ctx, ws)
 	}
 	out := make([]PutResult, len(ws))
@@ -63,8 +90,9 @@ func (c *tripCounter) PutMany(ctx context.Context, ws []Write) ([]PutResult, err
 }
 
 func (c *tripCounter) GetMany(ctx context.Context, keys []string) ([]GetResult, error) {
+	c.add(0, 1, 0)
 	if br, ok := c.Driver.(BatchReader); ok {
-		c.add(1)
+		c.add(1, 0, len(keys))
 		return br.GetMany(ctx, keys)
 	}
 	out := make([]GetResult, len(keys))
@@ -74,19 +102,35 @@ func (c *tripCounter) GetMany(ctx context.Context, keys []string) ([]GetResult, 
 	return out, nil
 }
 
-// manyBackends are the stores the many-keys benchmarks run on, each with
-// the floor of one renewal period: N conditional UPDATEs (or updates) in
-// as few raw round trips as the backend allows.
-var manyBackends = []struct {
-	name string
-	open func(b *testing.B) (Driver, func(b *testing.B, n int) time.Duration)
-}{
-	{"sqlite", openSQLiteMany},
+// manyBackend is a store the many-keys benchmarks run on.
+type manyBackend struct {
+	name  string
+	sizes []int                             // the Ns it runs
+	open  func(b *testing.B, n int) manyRig // for a benchmark of n keys
+}
+
+// manyRig is a backend opened for one benchmark: its driver, the TTL its
+// stores grant, and the floor of one renewal period of n keys: n
+// conditional UPDATEs (or updates) in as few raw round trips as the
+// backend allows, on n rows of its own that open wrote.
+type manyRig struct {
+	d     Driver
+	ttl   time.Duration
+	floor func(b *testing.B) time.Duration
+	wire  *wireProxy // MongoDB: the proxy that d and the floor talk through, counting commands; else nil
+}
+
+// manyBackends are the stores the many-keys benchmarks run on. MongoDB
+// runs N up to 1,000 (see openMongoMany). PostgreSQL is added on unix
+// systems, where its tests run.
+var manyBackends = []manyBackend{
+	{"sqlite", manySizes, openSQLiteMany},
+	{"mongodb", manySizes[:2], openMongoMany},
 }
 
 var manySizes = []int{100, 1000, 10000}
 
-func openSQLiteMany(b *testing.B) (Driver, func(b *testing.B, n int) time.Duration) {
+func openSQLiteMany(b *testing.B, n int) manyRig {
 	path := filepath.Join(b.TempDir(), "leases.db")
 	d := openSQLiteAt(b, path)
 	db, err := sql.Open("sqlite", sqliteDSN(path, sqliteBusyTimeout))
@@ -95,21 +139,18 @@ func openSQLiteMany(b *testing.B) (Driver, func(b *testing.B, n int) time.Durati
 	}
 	b.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1)
-	update := mustPrepare(b, db, sqliteUpdate)
-	version := int64(0)
-	floor := func(b *testing.B, n int) time.Duration {
-		if version == 0 { // the floor's own rows, written once
-			tx, _ := db.Begin()
-			for i := range n {
-				if _, err := tx.Exec("INSERT INTO leases VALUES (?, 'floor', 1, 0, 0, 1)", fmt.Sprintf("floor:%06d", i)); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := tx.Commit(); err != nil {
-				b.Fatal(err)
-			}
-			version = 1
+	tx, _ := db.Begin()
+	for i := range n {
+		if _, err := tx.Exec("INSERT INTO leases VALUES (?, 'floor', 1, 0, 0, 1)", floorKey(i)); err != nil {
+			b.Fatal(err)
 		}
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	update := mustPrepare(b, db, sqliteUpdate)
+	version := int64(1)
+	floor := func(b *testing.B) time.Duration {
 		start := time.Now()
 		tx, err := db.Begin()
 		if err != nil {
@@ -118,7 +159,7 @@ func openSQLiteMany(b *testing.B) (Driver, func(b *testing.B, n int) time.Durati
 		stmt := tx.Stmt(update)
 		ms := time.Now().UnixMilli()
 		for i := range n {
-			if _, err := stmt.Exec("floor", 1, ms, 0, version+1, fmt.Sprintf("floor:%06d", i), version); err != nil {
+			if _, err := stmt.Exec("floor", 1, ms, 0, version+1, floorKey(i), version); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -128,7 +169,70 @@ func openSQLiteMany(b *testing.B) (Driver, func(b *testing.B, n int) time.Durati
 		version++
 		return time.Since(start)
 	}
-	return d, floor
+	return manyRig{d: d, ttl: DefaultTTL, floor: floor}
+}
+
+// floorKey is the key of a floor's i-th row, beside the store's keys.
+func floorKey(i int) string { return fmt.Sprintf("floor:%06d", i) }
+
+// openMongoMany opens a driver on a fresh collection, through a proxy of
+// its own so that the proxy's counts are this benchmark's. Its floor is n
+// raw updateOne's filtered on _id and version, on documents of their own
+// (another collection of the same size), in unordered bulkWrites of as
+// many updates as the driver sends that server in one (ferretBatchChunk on
+// FerretDB, which deadlocks on an update command of about 100 updates;
+// mongoBatchChunk on MongoDB), with the driver's write concern.
+//
+// FerretDB (the test server unless MONGODB_URI is set) scans the
+// collection for each update: about 2 ms per update at 100 documents, 15
+// ms at 1,000, so renewing 1,000 keys takes 15 s and 10,000 would take
+// hours. Its stores therefore grant a 10 minute TTL (at 30 s the
+// background renewals of 1,000 keys could not keep up), and MongoDB runs
+// N up to 1,000 only.
+func openMongoMany(b *testing.B, n int) manyRig {
+	p := newWireProxy(b, testMongo(b).addr)
+	client := testMongoClient(b, p)
+	d := newTestMongoDriver(b, client).(*mongoDriver)
+	journal := true
+	coll := testCollection(b, client).Clone(options.Collection().
+		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}))
+	ctx := context.Background()
+	docs := make([]any, n)
+	for i := range docs {
+		docs[i] = append(bson.D{{Key: "_id", Value: floorKey(i)}}, benchFields(1)...)
+	}
+	for at := 0; at < n; at += d.chunk {
+		if _, err := coll.InsertMany(ctx, docs[at:min(at+d.chunk, n)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	version := int64(1)
+	models := make([]mongo.WriteModel, n)
+	floor := func(b *testing.B) time.Duration {
+		start := time.Now()
+		for i := range models {
+			models[i] = mongo.NewUpdateOneModel().
+				SetFilter(bson.D{{Key: "_id", Value: floorKey(i)}, {Key: "version", Value: version}}).
+				SetUpdate(bson.D{{Key: "$set", Value: benchFields(version + 1)}})
+		}
+		for at := 0; at < n; at += d.chunk {
+			chunk := models[at:min(at+d.chunk, n)]
+			res, err := coll.BulkWrite(ctx, chunk, options.BulkWrite().SetOrdered(false))
+			if err == nil && res.MatchedCount != int64(len(chunk)) {
+				err = fmt.Errorf("floor bulkWrite matched %d of %d", res.MatchedCount, len(chunk))
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		version++
+		return time.Since(start)
+	}
+	ttl := DefaultTTL
+	if testMongo(b).ferret {
+		ttl = 10 * time.Minute
+	}
+	return manyRig{d: d, ttl: ttl, floor: floor, wire: p}
 }
 
 func mustPrepare(b *testing.B, db *sql.DB, q string) *sql.Stmt {
@@ -168,115 +272,164 @@ func holdMany(b *testing.B, s *DocumentStore, n int) (hs []*Held, bytesPerKey fl
 
 // BenchmarkManyRenewal measures one renewal period of N keys held through
 // Hold on one store: the loop's batched renewal of every grant, beside the
-// floor (N conditional UPDATEs in one raw transaction, on the same file)
-// and beside renewing the keys one at a time, as a Held did before the
-// loop batched (timed on up to 1,000 keys and scaled to N). It reports
-// round trips per period, goroutines and heap bytes per held key.
+// floor (N conditional UPDATEs in one raw transaction, on the same file or
+// server) and beside renewing the keys one at a time, as a Held did before
+// the loop batched (timed on up to 1,000 keys, or as many as 2 s allow,
+// and scaled to N). It reports
+// store round trips per period, this process's CPU time (user and system,
+// from getrusage, around the batched renewal only; a server in another
+// process is not in it), goroutines and heap bytes per held key.
+//
+// On MongoDB it also reports the wire commands per period (bulkWrite
+// updates and finds, as the proxy forwards them) for the store and for the
+// floor. The test server is FerretDB unless MONGODB_URI is set, and the
+// driver sends FerretDB ferretBatchChunk writes per bulkWrite, so
+// mongodb-wire-roundtrips/op is computed, not measured: what the same
+// PutMany and GetMany calls cost on a real MongoDB, ceil(n/mongoBatchChunk)
+// each.
 func BenchmarkManyRenewal(b *testing.B) {
-	for _, backend := range manyBackends {
-		for _, n := range manySizes {
-			b.Run(fmt.Sprintf("%s/N=%d", backend.name, n), func(b *testing.B) {
-				d, floor := backend.open(b)
-				c := &tripCounter{Driver: d}
-				s, err := NewDocumentStore(c, WithOwner("bench"), WithTTL(DefaultTTL))
-				if err != nil {
+	forManyBackends(b, func(b *testing.B, rig manyRig, n int) {
+		c := &tripCounter{Driver: rig.d}
+		s, err := NewDocumentStore(c, WithOwner("bench"), WithTTL(rig.ttl))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		hs, perKey, goroutines := holdMany(b, s, n)
+		k := keeperFor(s)
+		grants := func() []Grant {
+			gs := make([]Grant, len(hs))
+			for i, h := range hs {
+				gs[i] = h.Grant()
+			}
+			return gs
+		}
+		var loopTime, floorTime, oneTime, cpu time.Duration
+		var counts tripCounts
+		var wire, floorWire, oneKeys int
+		for b.Loop() {
+			c.take()
+			wire0, cpu0 := wireTrips(rig.wire), processCPU()
+			start := time.Now()
+			k.renewBatch(grants(), time.Now().Add(time.Minute))
+			loopTime += time.Since(start)
+			cpu += processCPU() - cpu0
+			counts = counts.plus(c.takeAll())
+			wire0, wire = wireTrips(rig.wire), wire+wireTrips(rig.wire)-wire0
+			floorTime += rig.floor(b)
+			floorWire += wireTrips(rig.wire) - wire0
+			start = time.Now()
+			for _, g := range grants()[:min(n, 1000)] {
+				if _, err := s.Renew(context.Background(), g); err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(func() { s.Close() })
-				hs, perKey, goroutines := holdMany(b, s, n)
-				k := keeperFor(s)
-				grants := func() []Grant {
-					gs := make([]Grant, len(hs))
-					for i, h := range hs {
-						gs[i] = h.Grant()
-					}
-					return gs
+				oneKeys++
+				if time.Since(start) > 2*time.Second {
+					break // enough to scale from (FerretDB takes milliseconds per update)
 				}
-				var loopTime, floorTime, oneTime time.Duration
-				var trips, oneKeys int
-				for b.Loop() {
-					c.take()
-					start := time.Now()
-					k.renewBatch(grants(), time.Now().Add(time.Minute))
-					loopTime += time.Since(start)
-					trips += c.take()
-					floorTime += floor(b, n)
-					gs := grants()[:min(n, 1000)]
-					start = time.Now()
-					for _, g := range gs {
-						if _, err := s.Renew(context.Background(), g); err != nil {
-							b.Fatal(err)
-						}
-					}
-					oneTime += time.Since(start)
-					oneKeys += len(gs)
-				}
-				for _, h := range hs {
-					if h.Context().Err() != nil {
-						b.Fatalf("%s lost: %v", h.Grant().Key, context.Cause(h.Context()))
-					}
-				}
-				iters := float64(b.N)
-				b.ReportMetric(float64(loopTime.Nanoseconds())/iters, "ns/op")
-				b.ReportMetric(float64(trips)/iters, "roundtrips/op")
-				b.ReportMetric(float64(floorTime.Nanoseconds())/iters, "floor-ns/op")
-				b.ReportMetric(float64(loopTime)/float64(floorTime), "ratio")
-				b.ReportMetric(float64(oneTime.Nanoseconds())/float64(oneKeys)*float64(n), "one-at-a-time-ns/op")
-				b.ReportMetric(float64(goroutines), "goroutines")
-				b.ReportMetric(perKey, "B/key")
+			}
+			oneTime += time.Since(start)
+		}
+		for _, h := range hs {
+			if h.Context().Err() != nil {
+				b.Fatalf("%s lost: %v", h.Grant().Key, context.Cause(h.Context()))
+			}
+		}
+		iters := float64(b.N)
+		b.ReportMetric(float64(loopTime.Nanoseconds())/iters, "ns/op")
+		b.ReportMetric(float64(counts.trips)/iters, "roundtrips/op")
+		if processCPU() > 0 {
+			b.ReportMetric(float64(cpu.Nanoseconds())/iters, "cpu-ns/op")
+		}
+		b.ReportMetric(float64(floorTime.Nanoseconds())/iters, "floor-ns/op")
+		b.ReportMetric(float64(loopTime)/float64(floorTime), "ratio")
+		b.ReportMetric(float64(oneTime.Nanoseconds())/float64(oneKeys)*float64(n), "one-at-a-time-ns/op")
+		b.ReportMetric(float64(goroutines), "goroutines")
+		b.ReportMetric(perKey, "B/key")
+		if rig.wire != nil {
+			b.ReportMetric(float64(wire)/iters, "wire-roundtrips/op")
+			b.ReportMetric(float64(floorWire)/iters, "floor-wire-roundtrips/op")
+			b.ReportMetric(float64(counts.mongo)/iters, "mongodb-wire-roundtrips/op")
+		}
+	})
+}
+
+// forManyBackends runs bench once per backend and size, on a backend
+// opened for it.
+func forManyBackends(b *testing.B, bench func(b *testing.B, rig manyRig, n int)) {
+	for _, backend := range manyBackends {
+		for _, n := range backend.sizes {
+			b.Run(fmt.Sprintf("%s/N=%d", backend.name, n), func(b *testing.B) {
+				bench(b, backend.open(b, n), n)
 			})
 		}
 	}
 }
 
+func (t tripCounts) plus(u tripCounts) tripCounts {
+	return tripCounts{t.trips + u.trips, t.reads + u.reads, t.mongo + u.mongo}
+}
+
+// wireTrips is how many data commands p has forwarded, each one round
+// trip (0 without a proxy).
+func wireTrips(p *wireProxy) int {
+	if p == nil {
+		return 0
+	}
+	n := 0
+	for _, cmd := range []string{"find", "getMore", "insert", "update", "delete"} {
+		n += p.Seen(cmd)
+	}
+	return n
+}
+
+// processCPU is this process's CPU time, user and system, where the
+// system can say (see bench_many_unix_test.go); 0 where it cannot.
+var processCPU = func() time.Duration { return 0 }
+
 // BenchmarkManyReleaseAll measures ReleaseAll of N held keys, and the
 // takeover of N keys whose holder died (expired), as Hold's waiting loop
 // makes it: one batched read and one batched write.
 func BenchmarkManyReleaseAll(b *testing.B) {
-	for _, backend := range manyBackends {
-		for _, n := range manySizes {
-			b.Run(fmt.Sprintf("%s/N=%d", backend.name, n), func(b *testing.B) {
-				d, _ := backend.open(b)
-				c := &tripCounter{Driver: d}
-				clock := newFakeClock()
-				a := newDocStore(b, c, clock, "alice")
-				other := newDocStore(b, c, clock, "bob")
-				keys := benchKeys(n)
-				var releaseTime, takeoverTime time.Duration
-				var releaseTrips, takeoverTrips int
-				for b.Loop() {
-					mustAcquireMany(b, a, keys)
-					c.take()
-					start := time.Now()
-					if err := a.ReleaseAll(context.Background()); err != nil {
-						b.Fatal(err)
-					}
-					releaseTime += time.Since(start)
-					releaseTrips += c.take()
+	forManyBackends(b, func(b *testing.B, rig manyRig, n int) {
+		c := &tripCounter{Driver: rig.d}
+		clock := newFakeClock()
+		a := newDocStore(b, c, clock, "alice")
+		other := newDocStore(b, c, clock, "bob")
+		keys := benchKeys(n)
+		var releaseTime, takeoverTime time.Duration
+		var releaseTrips, takeoverTrips int
+		for b.Loop() {
+			mustAcquireMany(b, a, keys)
+			c.take()
+			start := time.Now()
+			if err := a.ReleaseAll(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			releaseTime += time.Since(start)
+			releaseTrips += c.take()
 
-					mustAcquireMany(b, a, keys) // and alice dies holding them
-					clock.Advance(testTTL)
-					c.take()
-					start = time.Now()
-					for _, g := range mustAcquireMany(b, other, keys) {
-						if !g.PreviousUnclean {
-							b.Fatalf("takeover of %s not PreviousUnclean", g.Key)
-						}
-					}
-					takeoverTime += time.Since(start)
-					takeoverTrips += c.take()
-					if err := other.ReleaseAll(context.Background()); err != nil {
-						b.Fatal(err)
-					}
+			mustAcquireMany(b, a, keys) // and alice dies holding them
+			clock.Advance(testTTL)
+			c.take()
+			start = time.Now()
+			for _, g := range mustAcquireMany(b, other, keys) {
+				if !g.PreviousUnclean {
+					b.Fatalf("takeover of %s not PreviousUnclean", g.Key)
 				}
-				iters := float64(b.N)
-				b.ReportMetric(float64(releaseTime.Nanoseconds())/iters, "releaseall-ns/op")
-				b.ReportMetric(float64(releaseTrips)/iters, "releaseall-roundtrips/op")
-				b.ReportMetric(float64(takeoverTime.Nanoseconds())/iters, "takeover-ns/op")
-				b.ReportMetric(float64(takeoverTrips)/iters, "takeover-roundtrips/op")
-			})
+			}
+			takeoverTime += time.Since(start)
+			takeoverTrips += c.take()
+			if err := other.ReleaseAll(context.Background()); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+		iters := float64(b.N)
+		b.ReportMetric(float64(releaseTime.Nanoseconds())/iters, "releaseall-ns/op")
+		b.ReportMetric(float64(releaseTrips)/iters, "releaseall-roundtrips/op")
+		b.ReportMetric(float64(takeoverTime.Nanoseconds())/iters, "takeover-ns/op")
+		b.ReportMetric(float64(takeoverTrips)/iters, "takeover-roundtrips/op")
+	})
 }
 
 func mustAcquireMany(b *testing.B, s *DocumentStore, keys []string) []Grant {

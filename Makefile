@@ -14,7 +14,7 @@ vet:
 
 # bench: every store beside its floor, with storage round trips per operation.
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./...
+	$(GO) test -run='^$$' -bench=. -benchmem -count=1 -timeout=30m ./...
 
 # model: the rapid model test (leasetest.TestModel) with more checks than `make test` runs.
 model:

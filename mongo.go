@@ -419,7 +419,9 @@ func (d *mongoDriver) findRaw(ctx context.Context, keys []string) (map[string]bs
 		return docs, nil
 	}
 	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}}
-	cur, err := d.coll.Find(ctx, filter, options.Find().SetBatchSize(int32(len(keys))))
+	// A batch one larger than the most documents the keys can match holds
+	// them all and ends the cursor with the first reply: no getMore.
+	cur, err := d.coll.Find(ctx, filter, options.Find().SetBatchSize(int32(len(keys)+1)))
 	if err != nil {
 		return nil, fmt.Errorf("lease: mongodb read %d keys: %w", len(keys), err)
 	}
@@ -457,7 +459,7 @@ func (d *mongoDriver) List(ctx context.Context, prefix, after string, limit int)
 	if upper, ok := prefixSuccessor(prefix); ok && utf8.ValidString(upper) {
 		rng = append(rng, bson.E{Key: "$lt", Value: upper})
 	}
-	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).SetBatchSize(int32(min(limit, math.MaxInt32)))
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).SetBatchSize(int32(min(limit, math.MaxInt32-1) + 1)) // one past the limit: no getMore
 	cur, err := d.coll.Find(ctx, bson.D{{Key: "_id", Value: rng}}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("lease: mongodb list %q: %w", prefix, err)

@@ -251,6 +251,13 @@ func TestMongoGetMany(t *testing.T) {
 	if got := p.Seen("find") - finds; got != 1 {
 		t.Errorf("GetMany of %d keys made %d finds; want 1", len(ask), got)
 	}
+	finds, getMores := p.Seen("find"), p.Seen("getMore")
+	if _, err := d.GetMany(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	if f, g := p.Seen("find")-finds, p.Seen("getMore")-getMores; f != 1 || g != 0 {
+		t.Errorf("GetMany of %d keys that all exist made %d finds and %d getMores; want 1 and 0", len(keys), f, g)
+	}
 	for i, r := range results {
 		switch key := ask[i]; key {
 		case "nope":

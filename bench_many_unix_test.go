@@ -17,7 +17,7 @@ import (
 // PostgreSQL and getrusage, for the many-keys benchmarks, where the
 // PostgreSQL tests run.
 func init() {
-	manyBackends = append(manyBackends, manyBackend{"postgres", manySizes, openPostgresMany})
+	manyBackends = append(manyBackends, manyBackend{name: "postgres", sizes: manySizes, open: openPostgresMany})
 	processCPU = rusageCPU
 }
 

@@ -113,13 +113,7 @@ func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) 
 		if rec != nil {
 			seen = rec.Epoch
 		}
-		out := decide(acquireInput{
-			Stored:  rec,
-			Mine:    isMine,
-			Expired: rec != nil && expired(rec.ExpiresAt, now),
-			Owner:   s.cfg.owner,
-			Expires: s.expiry(now),
-		})
+		out := s.decideAcquire(rec, isMine, now)
 		switch {
 		case out.Err != nil:
 			return Grant{}, out.Err
@@ -602,4 +596,17 @@ func (s *DocumentStore) Record(ctx context.Context, key string) (Record, error) 
 		return Record{}, ErrNotFound
 	}
 	return *rec, nil
+}
+
+// decideAcquire applies the acquire rule (decide, R4) to the stored
+// record rec of a key at now; isMine says whether this store's table
+// holds the grant rec names.
+func (s *DocumentStore) decideAcquire(rec *Record, isMine bool, now time.Time) acquireOutcome {
+	return decide(acquireInput{
+		Stored:  rec,
+		Mine:    isMine,
+		Expired: rec != nil && expired(rec.ExpiresAt, now),
+		Owner:   s.cfg.owner,
+		Expires: s.expiry(now),
+	})
 }

@@ -190,13 +190,7 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 		if mutant == mutantBatchForgetsTable {
 			isMine = false
 		}
-		d := decide(acquireInput{
-			Stored:  rec,
-			Mine:    isMine,
-			Expired: rec != nil && expired(rec.ExpiresAt, now),
-			Owner:   s.cfg.owner,
-			Expires: s.expiry(now),
-		})
+		d := s.decideAcquire(rec, isMine, now)
 		switch {
 		case d.Err != nil:
 			out[i].err = d.Err

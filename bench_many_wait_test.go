@@ -160,7 +160,7 @@ func waitersRegistered(b *testing.B, s *DocumentStore, n int, results <-chan hol
 	for time.Now().Before(deadline) {
 		k.mu.Lock()
 		waiting := 0
-		for _, ws := range k.waits {
+		for _, ws := range k.queues {
 			waiting += len(ws)
 		}
 		k.mu.Unlock()

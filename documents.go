@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -85,9 +86,9 @@ func closeDriver() Option { return func(c *config) { c.ownsDriver = true } }
 // Owner returns the owner id this store writes into records.
 func (s *DocumentStore) Owner() string { return s.cfg.owner }
 
-func (s *DocumentStore) keeperSlot() *keeperSlot       { return &s.holds }
-func (s *DocumentStore) closedSignal() <-chan struct{} { return s.done }
-func (s *DocumentStore) ttl() time.Duration            { return s.cfg.ttl }
+func (s *DocumentStore) keeperSlot() *keeperSlot { return &s.holds }
+func (s *DocumentStore) logger() *slog.Logger    { return s.cfg.logger }
+func (s *DocumentStore) ttl() time.Duration      { return s.cfg.ttl }
 
 // Acquire takes key (R4). A loser of a race re-reads and returns a
 // *HeldError naming the winner (R5).
@@ -182,6 +183,7 @@ func (s *DocumentStore) Release(ctx context.Context, g Grant) error {
 		return err
 	}
 	defer unlock()
+	s.holds.giveUp(g) // its Held ends before the key can pass on (R17)
 	for attempt := 0; ; attempt++ {
 		h, err := s.holding(ctx, "release", g, false, attempt > 0)
 		if errors.Is(err, errReleased) {
@@ -282,6 +284,7 @@ func (s *DocumentStore) usable(ctx context.Context) error {
 // the store was made by Open. Grants still held stay in storage until they
 // expire, as if the process had crashed.
 func (s *DocumentStore) Close() error {
+	s.holds.close()
 	s.mu.Lock()
 	already := s.closed
 	s.closed = true

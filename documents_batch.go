@@ -293,7 +293,6 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 		batch  []batchWrite
 		single []Grant
 		errs   []error
-		done   []Grant
 	)
 	defer func() { locks.unlock() }()
 	for _, g := range grants {
@@ -313,11 +312,11 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 		batch = append(batch, batchWrite{p: pendingWrite{
 			want: recordOf(h.grant, true), grant: h.grant, pre: Precondition{Version: h.version}}})
 	}
+	s.holds.giveUp(grants...) // their Helds end before any key can pass on (R17)
 	for j, err := range s.putBatch(ctx, "release", batch) {
 		g := batch[j].p.grant
 		switch {
 		case err == nil:
-			done = append(done, g)
 		case errors.Is(err, ErrConflict), errors.Is(err, errSuperseded):
 			single = append(single, g) // Release re-reads: the record may still name g (R7)
 		default:
@@ -326,20 +325,11 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 	}
 	locks.unlock()
 	locks = nil
-	var lostGrants []Grant
 	for _, g := range single {
-		switch err := s.Release(ctx, g); {
-		case err == nil:
-			done = append(done, g)
-		case errors.Is(err, ErrLost):
-			lostGrants = append(lostGrants, g)
-			errs = append(errs, err)
-		default:
+		if err := s.Release(ctx, g); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	s.holds.ended(done, releasedCause)
-	s.holds.ended(lostGrants, func(g Grant) error { return lost(g.Key, g.Epoch) })
 	return errors.Join(errs...)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"sync"
 	"syscall"
@@ -100,7 +101,8 @@ func (c holdConfig) plan(ttl time.Duration) (renew, margin time.Duration, err er
 //
 // A Held costs no goroutine and no timer of its own: one loop per store
 // renews every Held of that store in batches (R12) and ends each one's
-// Context at its own deadline.
+// Context at its own deadline. A Held has a grant of its own: no other
+// Held, in this store or any other, shares it (R16).
 type Held struct {
 	s      Store
 	k      *keeper
@@ -111,15 +113,18 @@ type Held struct {
 	margin time.Duration
 
 	// Guarded by k.mu: the loop's schedule for this Held.
-	due      time.Time     // next renewal, on the monotonic clock; zero: none
-	deadline time.Time     // stop working by then (ExpiresAt - margin), monotonic; zero: never
-	retry    time.Duration // the wait before the next retry of a failed renewal
-	renewErr error         // the last failed renewal's error, nil after a success
+	due        time.Time     // next renewal, on the monotonic clock; zero: none
+	deadline   time.Time     // stop working by then (ExpiresAt - margin), monotonic; zero: never
+	retry      time.Duration // the wait before the next retry of a failed renewal
+	renewErr   error         // the last failed renewal's error, nil after a success
+	renewing   bool          // a renewal of it is in flight
+	dueSlot    int           // position in k.dues
+	expirySlot int           // position in k.deadlines
 
 	mu      sync.Mutex // guards the fields below; taken after k.mu, never before
 	grant   Grant      // the newest grant
-	lostErr error      // why the lease was lost; nil while held or after a clean Release
-	stopped bool       // Release has begun: no more renewals or losses
+	endErr  error      // why Context ended; nil while live
+	lostErr error      // endErr when the lease was lost rather than released
 
 	releaseMu  sync.Mutex // serialises Release calls; guards released
 	released   bool       // the store has confirmed a release (or that it was lost)
@@ -132,11 +137,16 @@ type Held struct {
 //
 // While another owner holds key, Hold waits until it gets the key or ctx
 // ends; the error then matches ctx's error and, if the key was held at the
-// last look that completed, ErrHeld. The waits of one store share one
-// loop that looks at all their keys in one batched read per round and
-// takes every key that became free in one batched write. FailIfHeld makes
-// Hold fail at once instead. Storage errors are retried the same way,
-// except a corrupt record (ErrCorrupt) or a process out of descriptors.
+// last look that completed, ErrHeld. While another Held of key made
+// through s is live, Hold waits for it to end and then takes a grant of
+// its own, with a new epoch (R16); waiters of one key in one store are
+// served first come, first served. FailIfHeld makes Hold fail at once
+// instead, with a *HeldError. Storage errors are retried, except a corrupt
+// record (ErrCorrupt) or a process out of descriptors.
+//
+// The looks of one store are made together: concurrent Hold calls, and
+// the keys of HoldEach, share batched storage calls (R12), so a thousand
+// goroutines calling Hold at once cost a few round trips, not a thousand.
 //
 // ctx bounds the wait only: Held.Context keeps ctx's values but not its
 // cancellation, so a lease outlives a request-scoped ctx used to get it.
@@ -146,43 +156,196 @@ type Held struct {
 //
 // Hold times renewals and deadlines on the monotonic clock (in tests, a
 // testing/synctest bubble's virtual clock) and measures a grant's TTL as
-// its ExpiresAt minus the time its Acquire or Renew began. It assumes the
-// store judges expiry by the same clock (WithClock defaults to time.Now);
-// any difference must fit in the safety margin, as must the skew between
-// this host and the others sharing the store.
+// its ExpiresAt minus the time its Acquire began. It assumes the store
+// judges expiry by the same clock (WithClock defaults to time.Now); any
+// difference must fit in the safety margin, as must the skew between this
+// host and the others sharing the store.
 //
-// A store instance holds a key at most once: a second Hold of the same key
-// through the same store gets the same grant (R4c), and the first Release
-// ends both.
+// A Store that wraps another and implements Unwrapper is held through the
+// store it wraps, so that the wrapper keeps batching and R15.
 func Hold(ctx context.Context, s Store, key string, opts ...HoldOption) (*Held, error) {
+	cfg, err := holdSetup(s, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	k := keeperFor(innermost(s))
+	defer k.unuse()
+	ch := make(chan HoldResult, 1)
+	ws := k.enqueue(ctx, cfg, []string{key}, ch)
+	if len(ws) == 0 {
+		r := <-ch // answered at once: closed, or FailIfHeld
+		return r.Held, r.Err
+	}
+	select {
+	case r := <-ch:
+		return r.Held, r.Err
+	case <-ctx.Done():
+	}
+	if err, gone := k.abandon(ws[0], ctx); gone {
+		return nil, err
+	}
+	r := <-ch // answered just before ctx ended
+	return r.Held, r.Err
+}
+
+// HoldResult is one key's outcome in HoldEach: its Held, or its error.
+type HoldResult struct {
+	Key  string
+	Held *Held // nil when Err != nil
+	Err  error
+}
+
+// HoldEach holds every key of keys, as Hold would, and yields each key
+// once: its Held as soon as the key is held, or its error (FailIfHeld and a
+// held key: a *HeldError; an invalid or repeated key; the context's end,
+// for each key not yet held). Keys are taken in batches (R12) and yielded
+// in no particular order, with no goroutine per key. Stopping the
+// iteration stops the waiting and gives back any key taken but not yet
+// yielded; Helds already yielded stay the caller's.
+func HoldEach(ctx context.Context, s Store, keys []string, opts ...HoldOption) iter.Seq[HoldResult] {
+	return func(yield func(HoldResult) bool) {
+		cfg, err := holdSetup(s, opts)
+		if err != nil {
+			for _, key := range keys {
+				if !yield(HoldResult{Key: key, Err: err}) {
+					return
+				}
+			}
+			return
+		}
+		k := keeperFor(innermost(s))
+		defer k.unuse()
+		valid, rejected := uniqueValidKeys(keys)
+		ch := make(chan HoldResult, len(valid))
+		ws := k.enqueue(ctx, cfg, valid, ch)
+		stop := func() {
+			for _, w := range ws {
+				k.abandon(w, ctx)
+			}
+			giveBackUnyielded(ch)
+		}
+		for _, r := range rejected {
+			if !yield(r) {
+				stop()
+				return
+			}
+		}
+		for range valid {
+			var r HoldResult
+			select {
+			case r = <-ch:
+			case <-ctx.Done():
+				r = k.nextAfterEnd(ctx, ws, ch)
+			}
+			if !yield(r) {
+				stop()
+				return
+			}
+		}
+	}
+}
+
+// nextAfterEnd returns the next result once ctx has ended: an answer that
+// came before the end, or the end itself for a key still waited for.
+func (k *keeper) nextAfterEnd(ctx context.Context, ws []*waiter, ch chan HoldResult) HoldResult {
+	select {
+	case r := <-ch:
+		return r
+	default:
+	}
+	for _, w := range ws {
+		if err, gone := k.abandon(w, ctx); gone {
+			return HoldResult{Key: w.key, Err: err}
+		}
+	}
+	return <-ch // every waiter was answered: the answers are in ch
+}
+
+// giveBackUnyielded releases the Helds that HoldEach got but its caller
+// no longer wanted.
+func giveBackUnyielded(ch chan HoldResult) {
+	for {
+		select {
+		case r := <-ch:
+			if r.Held != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+				r.Held.Release(ctx) // if it fails, the grant expires as a crashed holder's would
+				cancel()
+			}
+		default:
+			return
+		}
+	}
+}
+
+// uniqueValidKeys splits keys into the ones to hold and the results of
+// the others: invalid keys, and second mentions of a key.
+func uniqueValidKeys(keys []string) (valid []string, rejected []HoldResult) {
+	seen := make(map[string]bool, len(keys))
+	valid = make([]string, 0, len(keys))
+	for _, key := range keys {
+		switch err := ValidateKey(key); {
+		case err != nil:
+			rejected = append(rejected, HoldResult{Key: key, Err: err})
+		case seen[key]:
+			rejected = append(rejected, HoldResult{Key: key, Err: fmt.Errorf("lease: %q is listed twice", key)})
+		default:
+			seen[key] = true
+			valid = append(valid, key)
+		}
+	}
+	return valid, rejected
+}
+
+// holdSetup checks Hold's options and store before anything is taken.
+func holdSetup(s Store, opts []HoldOption) (holdConfig, error) {
 	var cfg holdConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.badOption != nil {
-		return nil, cfg.badOption
+		return cfg, cfg.badOption
 	}
 	if s == nil {
-		return nil, errors.New("lease: Hold given a nil store")
+		return cfg, errors.New("lease: Hold given a nil store")
 	}
-	if ttl := storeTTL(s); ttl > 0 {
+	if ttl := storeTTL(innermost(s)); ttl > 0 {
 		// Refuse a plan the store's TTL cannot keep before taking anything.
 		if _, _, err := cfg.plan(ttl); err != nil {
-			return nil, err
+			return cfg, err
 		}
 	}
-	k := keeperFor(s)
-	prior, hadPrior := k.heldBefore(key)
-	start := time.Now()
-	g, err := s.Acquire(ctx, key)
-	if err != nil && !cfg.failIfHeld && retryable(err) {
-		g, start, err = k.wait(ctx, key, err)
+	return cfg, nil
+}
+
+// Unwrapper is a Store that wraps another, for metrics, logging or
+// tracing. Hold, Run and HoldEach keep their leases through the store
+// Unwrap returns (following it to the innermost store), so that a wrapper
+// keeps the batched renewals and the close detection (R15) of the store it
+// wraps. A wrapper that changes keys or grants (a tenant prefix) must not
+// implement it.
+type Unwrapper interface {
+	Unwrap() Store
+}
+
+// innermost follows Unwrap from s to the store it wraps, at most a few
+// levels deep.
+func innermost(s Store) Store {
+	for range 16 {
+		u, ok := s.(Unwrapper)
+		if !ok {
+			return s
+		}
+		inner := u.Unwrap()
+		if inner == nil {
+			return s
+		}
+		s = inner
 	}
-	if err != nil {
-		return nil, err
-	}
-	reused := hadPrior && prior.Epoch == g.Epoch && prior.Owner == g.Owner // R4c: not this Hold's to give back
-	return k.hold(ctx, cfg, g, start, reused)
+	return s
 }
 
 // storeTTL is the TTL of the grants s makes, when s says; 0 otherwise.
@@ -223,8 +386,9 @@ func (h *Held) Grant() Grant {
 // Its cause (context.Cause) matches ErrLost in every case: a renewal found
 // the key taken or expired, renewals kept failing until ExpiresAt minus
 // the safety margin, the store was closed (the cause then matches ErrClosed
-// too), or Release was called. Work protected by the lease must stop when
-// it ends.
+// too), or the grant was given up (Release, ReleaseAll, or a Release of
+// its grant on the store). Work protected by the lease must stop when it
+// ends; it ends before the write that frees the key (R17).
 func (h *Held) Context() context.Context { return h.ctx }
 
 // lost returns why the lease was lost, or nil if it was not.
@@ -234,15 +398,19 @@ func (h *Held) lost() error {
 	return h.lostErr
 }
 
-// lose ends the context because the lease can no longer be trusted, and
-// reports whether it did (false: already lost or released).
-func (h *Held) lose(cause error) bool {
+// end ends the context with cause and reports whether it did (false: it
+// had already ended). loss says whether the lease was lost rather than
+// given up. Only the keeper calls it, with k.mu held.
+func (h *Held) end(cause error, loss bool) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.stopped || h.lostErr != nil {
+	if h.endErr != nil {
 		return false
 	}
-	h.lostErr = cause
+	h.endErr = cause
+	if loss {
+		h.lostErr = cause
+	}
 	h.cancel(cause)
 	return true
 }
@@ -251,25 +419,18 @@ func (h *Held) lose(cause error) bool {
 func (h *Held) install(next Grant) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.stopped || h.lostErr != nil {
+	if h.endErr != nil {
 		return false
 	}
 	h.grant = next
 	return true
 }
 
-// ended returns the error that Confirm reports for a lease that is over,
-// or nil while it is held.
+// ended returns why the lease ended, or nil while it is held.
 func (h *Held) ended() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.lostErr != nil {
-		return h.lostErr
-	}
-	if h.stopped {
-		return releasedCause(h.grant)
-	}
-	return nil
+	return h.endErr
 }
 
 // Confirm renews the lease now, synchronously, so that a caller about to
@@ -309,26 +470,21 @@ func lossCause(err error) error {
 	return nil
 }
 
-// Release stops renewing, ends Context, and releases the grant in the
-// store (R7). Calling it again after it returned nil does nothing and
-// returns nil; after an error it tries the store again, so a failed
-// release can be retried. If the lease was lost, the store's release fails
-// with ErrLost unless nobody took the key.
+// Release ends Context, stops renewing and then releases the grant in the
+// store (R7, R17): the work protected by the lease has been told to stop
+// before the key can pass on. Calling it again after it returned nil does
+// nothing and returns nil; after an error it tries the store again, so a
+// failed release can be retried. If the lease was lost, the store's release
+// fails with ErrLost unless nobody took the key.
 func (h *Held) Release(ctx context.Context) error {
 	h.releaseMu.Lock()
 	defer h.releaseMu.Unlock()
 	if h.released {
 		return h.releaseErr
 	}
-	h.k.remove(h)
-	h.mu.Lock()
-	g := h.grant
-	if !h.stopped {
-		h.stopped = true
-		h.cancel(releasedCause(g))
-	}
-	h.mu.Unlock()
+	g := h.k.giveUp(h)
 	err := h.s.Release(ctx, g)
+	h.k.settled(g, err)
 	if err == nil || errors.Is(err, ErrLost) {
 		h.released, h.releaseErr = true, err
 	}
@@ -364,30 +520,4 @@ func Run(ctx context.Context, s Store, key string, fn func(ctx context.Context, 
 	stop := context.AfterFunc(h.Context(), func() { cancel(context.Cause(h.Context())) })
 	defer stop()
 	return fn(fctx, h.Grant())
-}
-
-// waitError is why Hold gave up waiting: its context ended; the last look
-// that completed found the key held or storage failing; and, if any look
-// found the key held, that look's *HeldError. It matches all of them (so
-// ErrHeld whenever the key was found held), in one line.
-type waitError struct {
-	key  string
-	ctx  error // the context's error
-	held error // the last look that found the key held; nil if none did
-	last error // the last completed look's error
-}
-
-func (e *waitError) Error() string {
-	msg := fmt.Sprintf("lease: gave up waiting for %q: %v", e.key, e.ctx)
-	if e.held != nil && e.held != e.last {
-		msg += "; " + oneLine(e.held)
-	}
-	return msg + "; last look: " + oneLine(e.last)
-}
-
-func (e *waitError) Unwrap() []error {
-	if e.held != nil && e.held != e.last {
-		return []error{e.ctx, e.held, e.last}
-	}
-	return []error{e.ctx, e.last}
 }

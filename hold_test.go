@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"iter"
-	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -132,7 +131,7 @@ func wantStopped(t *testing.T, h *Held) {
 func kept(h *Held) bool {
 	h.k.mu.Lock()
 	defer h.k.mu.Unlock()
-	return slices.Contains(h.k.helds[h.key], h)
+	return h.k.helds[h.key] == h
 }
 
 // stopTime records when ctx ends, on the virtual clock. Its result fails

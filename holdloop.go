@@ -2,10 +2,8 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,66 +12,138 @@ import (
 // keeper is one store's loop for Hold: it renews every Held of the store,
 // in batches where the store can batch (R12), ends each Held at its own
 // deadline, ends them all when the store closes (R15), and looks for the
-// keys that Holds wait for, all of them in one round. It runs one
-// goroutine while it has Helds or waiters, plus one for the storage call
-// in flight, whatever the number of keys.
+// keys that Holds wait for, many keys in one call. It runs one goroutine
+// while it has Helds to renew or waiters, plus one per storage call in
+// flight (a few), whatever the number of keys. Deadlines, renewals and
+// looks are kept in schedules, so a wake costs O(log n) plus the keys it
+// serves.
+//
+// Renewals and looks are separate lanes: a renewal never waits for a look
+// to finish (R17), and a look starts only when no renewal is due.
+//
+// A key has at most one live Held per store (R16); other Holds of the key
+// queue behind it, first come, first served. Every way a grant is given
+// up goes through giveUp or giveUpGrants, which end the grant's Held
+// before the write that frees the key is made (R17).
 type keeper struct {
 	s      Store
-	closed <-chan struct{} // closed when the store closes; nil if it cannot say
+	ctx    context.Context // every call the keeper makes; ends at close
+	cancel context.CancelFunc
+	calls  sync.WaitGroup // the loop and every call in flight
+	wake   chan struct{}  // pokes the loop; never replaced, so poking needs no lock
 
-	mu      sync.Mutex // guards the fields below and every Held's schedule
-	helds   map[string][]*Held
-	waits   map[string][]*waiter
-	wake    chan struct{} // pokes the loop; made when the loop starts
-	running bool          // the loop goroutine is running
-	busy    bool          // a storage call is in flight
-	stopped bool          // the store closed: no more Helds or waits
+	mu        sync.Mutex           // guards the fields below and every Held's schedule
+	helds     map[string]*Held     // the live Held of each key (R16)
+	queues    map[string][]*waiter // each key's waiters, first come, first served
+	spent     map[string]Grant     // the last grant a Held of the key had, while the store may hold it still
+	settling  map[string]int       // writes in flight that give a key's grant up
+	dues      *schedule[*Held]     // Helds by next renewal
+	deadlines *schedule[*Held]     // Helds by deadline
+	looks     *schedule[*waiter]   // the first waiter of each free key, by next look
+	renewing  int                  // renewal calls in flight
+	looking   bool                 // a look call is in flight
+	running   bool                 // the loop goroutine is running
+	stopped   bool                 // the store closed: no more Helds or waits
+	users     int                  // callers between keeperFor and unuse (foreign keepers)
 
-	cancelLook context.CancelFunc // ends the look in flight, if any
+	wokenMu sync.Mutex
+	woken   []*waiter // waiters whose store told of a release, for the loop to look at
+}
+
+// Bounds on the keeper's calls. A renewal batch or a look is split above
+// maxBatch keys so that one call never holds the store for long; at most
+// maxRenewCalls renewal calls run at once (more only while a failed batch
+// is split); a look gets lookTimeout.
+const (
+	maxBatch      = 2500
+	maxRenewCalls = 8
+	lookTimeout   = 30 * time.Second
+)
+
+func newKeeper(s Store) *keeper {
+	k := &keeper{
+		s:        s,
+		wake:     make(chan struct{}, 1),
+		helds:    make(map[string]*Held),
+		queues:   make(map[string][]*waiter),
+		spent:    make(map[string]Grant),
+		settling: make(map[string]int),
+	}
+	k.ctx, k.cancel = context.WithCancel(context.Background())
+	k.dues = newSchedule(func(h *Held) time.Time { return h.due }, func(h *Held) *int { return &h.dueSlot })
+	k.deadlines = newSchedule(func(h *Held) time.Time { return h.deadline }, func(h *Held) *int { return &h.expirySlot })
+	k.looks = newSchedule(func(w *waiter) time.Time { return w.due }, func(w *waiter) *int { return &w.lookSlot })
+	return k
 }
 
 // keeperSlot is embedded by the stores this package ships, so that each
-// store instance finds its keeper without a global table.
+// store instance finds its keeper without a global table, and so that
+// Close reaches it.
 type keeperSlot struct {
-	once sync.Once
-	k    *keeper
+	mu     sync.Mutex
+	k      *keeper
+	closed bool
 }
 
 func (ks *keeperSlot) keeper(s Store) *keeper {
-	ks.once.Do(func() { ks.k = newKeeper(s) })
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if ks.k == nil {
+		ks.k = newKeeper(s)
+		if ks.closed {
+			ks.k.stopped = true
+		}
+	}
 	return ks.k
 }
 
-// ended ends the Helds of grants that the store gave up by itself
-// (ReleaseAll), each with cause(g).
-func (ks *keeperSlot) ended(gs []Grant, cause func(Grant) error) {
-	if k := ks.k; k != nil && len(gs) > 0 {
-		k.endGrants(gs, cause)
+func (ks *keeperSlot) current() *keeper {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.k
+}
+
+// close ends every Held and waiter of the store and waits for the
+// keeper's calls to return (R15). The store calls it first in Close.
+func (ks *keeperSlot) close() {
+	ks.mu.Lock()
+	ks.closed = true
+	k := ks.k
+	ks.mu.Unlock()
+	if k != nil {
+		k.close()
 	}
 }
 
-// releasedCause is why a Held ends when its grant was released.
+// giveUp ends the Helds of grants the store is about to give up by itself
+// (a bare Release, ReleaseAll), before their writes (R17).
+func (ks *keeperSlot) giveUp(gs ...Grant) {
+	if k := ks.current(); k != nil {
+		k.giveUpGrants(gs)
+	}
+}
+
+// releasedCause is why a Held ends when its grant is given up.
 func releasedCause(g Grant) error {
 	return fmt.Errorf("%w: %q epoch %d was released", ErrLost, g.Key, g.Epoch)
 }
 
+// closedCause is why a Held ends when its store closes (R15).
+func closedCause(g Grant) error {
+	return fmt.Errorf("%w: %q epoch %d: %w", ErrLost, g.Key, g.Epoch, ErrClosed)
+}
+
 // foreignKeepers holds the keepers of stores this package does not ship,
-// while they have Helds or waiters.
+// while they are in use.
 var foreignKeepers struct {
 	sync.Mutex
 	m map[Store]*keeper
 }
 
-func newKeeper(s Store) *keeper {
-	k := &keeper{s: s, helds: make(map[string][]*Held), waits: make(map[string][]*waiter)}
-	if c, ok := s.(interface{ closedSignal() <-chan struct{} }); ok {
-		k.closed = c.closedSignal()
-	}
-	return k
-}
-
-// keeperFor returns s's keeper. A store of a type that cannot be a map key
-// gets a keeper of its own per call: correct, only not shared.
+// keeperFor returns s's keeper; the caller calls unuse when it has
+// registered what it keeps (a Held or a waiter keeps the keeper alive).
+// A store of a type that cannot be a map key gets a keeper of its own per
+// call: correct within that call, only not shared.
 func keeperFor(s Store) *keeper {
 	if ks, ok := s.(interface{ keeperSlot() *keeperSlot }); ok {
 		return ks.keeperSlot().keeper(s)
@@ -91,160 +161,142 @@ func keeperFor(s Store) *keeper {
 		k = newKeeper(s)
 		foreignKeepers.m[s] = k
 	}
+	k.mu.Lock()
+	k.users++
+	k.mu.Unlock()
 	return k
 }
 
-// forget drops an idle foreign keeper from the table.
-func (k *keeper) forget() {
+// unuse ends a use that keeperFor began, and drops an idle foreign keeper
+// from the table. Both locks are held while it decides, so two keepers of
+// one store never exist.
+func (k *keeper) unuse() {
 	foreignKeepers.Lock()
 	defer foreignKeepers.Unlock()
-	if foreignKeepers.m[k.s] != k {
-		return
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if !k.running {
+	if foreignKeepers.m[k.s] != k {
+		return // a store of ours, or one that cannot be a map key
+	}
+	if k.users--; k.users == 0 && k.idleLocked() && len(k.helds) == 0 && len(k.settling) == 0 {
 		delete(foreignKeepers.m, k.s)
 	}
 }
 
+// idleLocked reports whether the loop has nothing left to do.
+func (k *keeper) idleLocked() bool {
+	return k.deadlines.len() == 0 && k.dues.len() == 0 && len(k.queues) == 0 &&
+		k.renewing == 0 && !k.looking
+}
+
 // startLocked runs the loop if it is not running. k.mu must be held.
 func (k *keeper) startLocked() {
-	if !k.running {
+	if !k.running && !k.stopped {
 		k.running = true
-		k.wake = make(chan struct{}, 1)
+		k.calls.Add(1)
 		go k.loop()
 	}
 }
 
-// pokeLocked makes the loop look again now. k.mu must be held.
-func (k *keeper) pokeLocked() {
-	if k.running {
-		select {
-		case k.wake <- struct{}{}:
-		default:
-		}
+// poke makes the loop look again now. It takes no lock.
+func (k *keeper) poke() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
 	}
 }
 
-// hold makes a Held of g, acquired by a call that began at start, and
-// schedules its renewals. reused says that the store already held g
-// before this Hold (R4c): a failed Hold gives back only a grant it took.
-func (k *keeper) hold(ctx context.Context, cfg holdConfig, g Grant, start time.Time, reused bool) (*Held, error) {
-	h := &Held{s: k.s, k: k, key: g.Key, grant: g}
-	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+// newHeldLocked makes the live Held of g for waiter w, whose acquire
+// began at start, and schedules its renewals.
+func (k *keeper) newHeldLocked(w *waiter, g Grant, start time.Time, renew, margin time.Duration) *Held {
+	h := &Held{s: k.s, k: k, key: g.Key, grant: g, renew: renew, margin: margin}
+	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(w.ctx))
+	k.helds[g.Key] = h
+	if sp, ok := k.spent[g.Key]; ok && sp.Epoch < g.Epoch {
+		delete(k.spent, g.Key)
+	}
 	if !g.ExpiresAt.IsZero() {
-		var err error
-		if g, start, err = k.plan(ctx, h, cfg, g, start); err != nil {
-			h.cancel(err)
-			if !reused && !errors.Is(err, ErrLost) {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-				defer cancel()
-				err = errors.Join(err, k.s.Release(rctx, g))
-			}
-			return nil, err
-		}
-		h.grant = g
+		k.scheduleLocked(h, g, start)
+		k.startLocked()
+		k.poke()
 	}
-	if g.ExpiresAt.IsZero() && k.closed == nil {
-		return h, nil // nothing to renew and no close to watch: the loop is not needed
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.stopped {
-		h.cancel(closedCause(g))
-		return nil, ErrClosed
-	}
-	k.scheduleLocked(h, g, start)
-	k.helds[g.Key] = append(k.helds[g.Key], h)
-	k.startLocked()
-	k.pokeLocked()
-	return h, nil
-}
-
-// plan sets h's renewal interval and margin from the store's TTL (or, for
-// a store that does not say, the grant's), and renews g at once when it
-// has less time left than that plan needs (a grant held before, R4c).
-func (k *keeper) plan(ctx context.Context, h *Held, cfg holdConfig, g Grant, start time.Time) (Grant, time.Time, error) {
-	ttl := storeTTL(k.s)
-	if ttl <= 0 {
-		ttl = g.ExpiresAt.Sub(start)
-	}
-	var err error
-	h.renew, h.margin, err = cfg.plan(ttl)
-	if err == nil && g.ExpiresAt.Sub(start) > h.renew+h.margin {
-		return g, start, nil
-	}
-	start = time.Now()
-	next, rerr := k.s.Renew(ctx, g)
-	if rerr != nil {
-		return g, start, errors.Join(err, rerr)
-	}
-	if err != nil { // the grant's own time was short: plan again on a full one
-		if h.renew, h.margin, err = cfg.plan(next.ExpiresAt.Sub(start)); err != nil {
-			return next, start, err
-		}
-	}
-	return next, start, nil
-}
-
-// heldBefore returns the grant the store holds for key before a Hold
-// acquires it, where the store can say.
-func (k *keeper) heldBefore(key string) (Grant, bool) {
-	if st, ok := k.s.(interface{ tableGrantOf(string) (Grant, bool) }); ok {
-		return st.tableGrantOf(key)
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if hs := k.helds[key]; len(hs) > 0 {
-		return hs[0].Grant(), true
-	}
-	return Grant{}, false
+	return h
 }
 
 // scheduleLocked plans h's next renewal and deadline after a grant g
 // obtained by a call that began at start. The deadline is on the
 // monotonic clock, so a step of the wall clock cannot move it (R8).
 func (k *keeper) scheduleLocked(h *Held, g Grant, start time.Time) {
-	if g.ExpiresAt.IsZero() {
-		return // never expires: nothing to renew
-	}
 	h.deadline = start.Add(g.ExpiresAt.Sub(start) - h.margin)
 	h.due = earliest(start.Add(h.renew), h.deadline.Add(-h.renew/4))
 	h.retry, h.renewErr = max(h.renew/8, time.Millisecond), nil
+	k.deadlines.set(h)
+	if !h.renewing {
+		k.dues.set(h)
+	}
 }
 
-// remove takes h off the loop (Release).
-func (k *keeper) remove(h *Held) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.removeLocked(h)
-}
-
-func (k *keeper) removeLocked(h *Held) {
-	hs := slices.DeleteFunc(k.helds[h.key], func(o *Held) bool { return o == h })
-	if len(hs) == 0 {
+// endLocked ends h with cause (loss: the lease was lost rather than given
+// up), takes it off the loop, and lets the key's next waiter look once no
+// write giving the grant up is in flight.
+func (k *keeper) endLocked(h *Held, cause error, loss bool) {
+	if !h.end(cause, loss) {
+		return
+	}
+	k.dues.remove(h)
+	k.deadlines.remove(h)
+	if k.helds[h.key] == h {
 		delete(k.helds, h.key)
-	} else {
-		k.helds[h.key] = hs
 	}
-	k.pokeIfIdleLocked()
+	k.spent[h.key] = h.Grant()
+	k.promoteLocked(h.key, time.Now())
+	k.poke()
 }
 
-// pokeIfIdleLocked wakes the loop when it has nothing left, so that it
-// returns now rather than at its next timer.
-func (k *keeper) pokeIfIdleLocked() {
-	if len(k.helds) == 0 && len(k.waits) == 0 {
-		k.pokeLocked()
-	}
-}
-
-// lose ends h with cause and takes it off the loop.
+// lose ends h because the lease was lost.
 func (k *keeper) lose(h *Held, cause error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.removeLocked(h)
-	h.lose(cause)
+	k.endLocked(h, cause, true)
+}
+
+// giveUp ends h before Release writes (R17) and returns the grant to
+// release. The key's waiters wait until settled reports the write.
+func (k *keeper) giveUp(h *Held) Grant {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	g := h.Grant()
+	k.settling[g.Key]++
+	k.endLocked(h, releasedCause(g), false)
+	return g
+}
+
+// settled reports the outcome of a write that gave g up, begun after
+// giveUp: the key's next waiter may now look.
+func (k *keeper) settled(g Grant, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.settling[g.Key]--; k.settling[g.Key] <= 0 {
+		delete(k.settling, g.Key)
+	}
+	if err == nil && k.spent[g.Key] == g {
+		delete(k.spent, g.Key) // released: the next acquire gets a new epoch
+	}
+	k.promoteLocked(g.Key, time.Now())
+	k.poke()
+}
+
+// giveUpGrants ends the Helds of gs, which the store is about to give up.
+func (k *keeper) giveUpGrants(gs []Grant) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, g := range gs {
+		if h := k.helds[g.Key]; h != nil {
+			if hg := h.Grant(); hg.Epoch == g.Epoch && hg.Owner == g.Owner {
+				k.endLocked(h, releasedCause(g), false)
+			}
+		}
+	}
 }
 
 // renewed installs a grant renewed by a call that began at start, and
@@ -259,74 +311,62 @@ func (k *keeper) renewed(h *Held, next Grant, start time.Time) bool {
 	return true
 }
 
-// endGrants ends the Helds of grants the store gave up by itself.
-func (k *keeper) endGrants(gs []Grant, cause func(Grant) error) {
+// close ends every Held and waiter (R15), ends the calls in flight and
+// waits for them and the loop to return.
+func (k *keeper) close() {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, g := range gs {
-		for _, h := range slices.Clone(k.helds[g.Key]) {
-			if hg := h.Grant(); hg.Epoch == g.Epoch && hg.Owner == g.Owner {
-				k.removeLocked(h)
-				h.lose(cause(g))
-			}
+	k.stopped = true
+	for _, h := range k.helds {
+		h.end(closedCause(h.Grant()), true)
+	}
+	clear(k.helds)
+	k.dues.clear()
+	k.deadlines.clear()
+	for _, ws := range k.queues {
+		for _, w := range ws {
+			w.finishLocked(HoldResult{Key: w.key, Err: ErrClosed})
 		}
 	}
-}
-
-// closedCause is why a Held ends when its store closes (R15).
-func closedCause(g Grant) error {
-	return fmt.Errorf("%w: %q epoch %d: %w", ErrLost, g.Key, g.Epoch, ErrClosed)
+	clear(k.queues)
+	k.looks.clear()
+	k.cancel()
+	k.mu.Unlock()
+	k.poke()
+	k.calls.Wait()
 }
 
 // loop is the keeper's goroutine. Each turn it ends the Helds past their
-// deadline, starts the next storage call if none is in flight, and sleeps
-// until something is due, it is poked, or the store closes. It returns
-// when nothing is left to keep or wait for.
+// deadline, starts the renewals that are due, then a look if no renewal
+// is waiting for a lane, and sleeps until something is due, it is poked,
+// or the store closes. It returns when nothing is left to do.
 func (k *keeper) loop() {
+	defer k.calls.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		k.mu.Lock()
-		if len(k.helds) == 0 && len(k.waits) == 0 && !k.busy {
+		if k.stopped || k.idleLocked() {
 			k.running = false
 			k.mu.Unlock()
-			k.forget()
 			return
 		}
 		now := time.Now()
+		k.takeWokenLocked(now)
 		k.expireLocked(now)
-		if !k.busy {
-			if job := k.nextJobLocked(now); job != nil {
-				k.busy = true
-				go k.runJob(job)
-			}
-		}
+		k.startRenewalsLocked(now)
+		k.startLookLocked(now)
 		next := k.nextWakeLocked(now)
-		wake := k.wake
 		k.mu.Unlock()
 
 		timer.Reset(next.Sub(now))
 		select {
 		case <-timer.C:
-		case <-wake:
+		case <-k.wake:
 			if !timer.Stop() {
 				<-timer.C
 			}
-		case <-k.closed:
-			k.closeAll()
-			k.closed = nil // seen; loop on until the call in flight is done
 		}
 	}
-}
-
-// runJob runs one storage call off the loop, so that deadlines are kept
-// while it is in flight, and pokes the loop when it is done.
-func (k *keeper) runJob(job func()) {
-	job()
-	k.mu.Lock()
-	k.busy = false
-	k.pokeLocked()
-	k.mu.Unlock()
 }
 
 // expireLocked ends every Held whose deadline has come: renewals kept
@@ -335,43 +375,33 @@ func (k *keeper) expireLocked(now time.Time) {
 	if mutant == mutantNoDeadline {
 		return // keep holding past the deadline
 	}
-	for _, hs := range k.helds {
-		for _, h := range slices.Clone(hs) {
-			if h.deadline.IsZero() || now.Before(h.deadline) {
-				continue
-			}
-			g := h.Grant()
-			cause := fmt.Errorf("%w: %q epoch %d was not renewed before its expiry minus the safety margin (%v)",
-				ErrLost, g.Key, g.Epoch, h.margin)
-			if h.renewErr != nil {
-				cause = fmt.Errorf("%w; last renewal: %w", cause, quoted{h.renewErr})
-			}
-			k.removeLocked(h)
-			h.lose(cause)
+	for {
+		h, ok := k.deadlines.first()
+		if !ok || now.Before(h.deadline) {
+			return
 		}
+		g := h.Grant()
+		cause := fmt.Errorf("%w: %q epoch %d was not renewed before its expiry minus the safety margin (%v)",
+			ErrLost, g.Key, g.Epoch, h.margin)
+		if h.renewErr != nil {
+			cause = fmt.Errorf("%w; last renewal: %w", cause, quoted{h.renewErr})
+		}
+		k.endLocked(h, cause, true)
 	}
 }
 
-// nextWakeLocked is when the loop must look next: the earliest renewal,
-// deadline or waiter look.
+// nextWakeLocked is when the loop must look next: the earliest deadline,
+// renewal or look.
 func (k *keeper) nextWakeLocked(now time.Time) time.Time {
 	next := now.Add(time.Hour)
-	for _, hs := range k.helds {
-		for _, h := range hs {
-			if !h.deadline.IsZero() && mutant != mutantNoDeadline { // the mutant must not wake for a deadline it ignores
-				next = earliest(next, h.deadline)
-			}
-			if !h.due.IsZero() && !k.busy {
-				next = earliest(next, h.due)
-			}
-		}
+	if h, ok := k.deadlines.first(); ok && mutant != mutantNoDeadline {
+		next = earliest(next, h.deadline)
 	}
-	if !k.busy {
-		for _, ws := range k.waits {
-			for _, w := range ws {
-				next = earliest(next, w.due)
-			}
-		}
+	if h, ok := k.dues.first(); ok && k.renewing < maxRenewCalls {
+		next = earliest(next, h.due)
+	}
+	if w, ok := k.looks.first(); ok && !k.looking {
+		next = earliest(next, w.due)
 	}
 	if next.Before(now) {
 		return now
@@ -384,34 +414,6 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// nextJobLocked picks the next storage call: a batch of renewals if any is
-// due, else a round of looks for waiters if any is due.
-func (k *keeper) nextJobLocked(now time.Time) func() {
-	if job := k.renewJobLocked(now); job != nil {
-		return job
-	}
-	return k.waitJobLocked(now)
-}
-
-// closeAll ends every Held and wait of a store that closed (R15).
-func (k *keeper) closeAll() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.stopped = true
-	for _, hs := range k.helds {
-		for _, h := range hs {
-			h.lose(closedCause(h.Grant()))
-		}
-	}
-	clear(k.helds)
-	for _, ws := range k.waits {
-		for _, w := range ws {
-			w.finish(waitResult{err: ErrClosed})
-		}
-	}
-	clear(k.waits)
 }
 
 // oneLine returns err's text on one line without a leading "lease: ", for
@@ -441,78 +443,127 @@ type batchStore interface {
 	acquireMany(ctx context.Context, keys []string) []grantResult
 }
 
-// renewAll renews gs through s: in batches when s can, else one at a time.
+// unbatchedCalls is how many one-key calls run at once on a store that
+// cannot batch.
+const unbatchedCalls = 16
+
+// eachAtOnce runs call(i) for i in [0, n), a few at once.
+func eachAtOnce(n int, call func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(unbatchedCalls, n) {
+		wg.Go(func() {
+			for i := range next {
+				call(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// renewAll renews gs through s: in batches when s can, else a few at once.
 func renewAll(ctx context.Context, s Store, gs []Grant) []grantResult {
 	if b, ok := s.(batchStore); ok {
 		return b.renewMany(ctx, gs)
 	}
 	out := make([]grantResult, len(gs))
-	for i, g := range gs {
-		out[i].g, out[i].err = s.Renew(ctx, g)
-	}
+	eachAtOnce(len(gs), func(i int) { out[i].g, out[i].err = s.Renew(ctx, gs[i]) })
 	return out
 }
 
-// renewJobLocked returns a renewal of every key that is due, or will be
-// within half its interval (early, so that the Helds of a store fall into
-// step and share their batches; never late), or nil if none is due yet.
-func (k *keeper) renewJobLocked(now time.Time) func() {
-	due := false
-	for _, hs := range k.helds {
-		for _, h := range hs {
-			due = due || (!h.due.IsZero() && !now.Before(h.due))
+// startRenewalsLocked starts a renewal of every Held that is due, or will
+// be within half its interval (early, so that the Helds of a store fall
+// into step and share their batches; never late), in batches of at most
+// maxBatch, with at most maxRenewCalls in flight.
+func (k *keeper) startRenewalsLocked(now time.Time) {
+	for k.renewing < maxRenewCalls {
+		h, ok := k.dues.first()
+		if !ok || now.Before(h.due) {
+			return
 		}
-	}
-	if !due {
-		return nil
-	}
-	var grants []Grant
-	var deadline time.Time
-	for _, hs := range k.helds {
-		for _, h := range hs {
-			if h.due.IsZero() || h.due.Sub(now) > h.renew/2 {
-				continue
+		var batch []*Held
+		for len(batch) < maxBatch {
+			h, ok := k.dues.first()
+			if !ok || h.due.Sub(now) > h.renew/2 {
+				break
 			}
-			grants = append(grants, h.Grant()) // the Helds of a key share its grant
-			if deadline.IsZero() || h.deadline.Before(deadline) {
-				deadline = h.deadline
-			}
-			break
+			k.dues.pop()
+			h.renewing = true
+			batch = append(batch, h)
 		}
+		k.startRenewLocked(batch)
 	}
-	return func() { k.renewBatch(grants, deadline) }
 }
 
-// renewBatch renews grants, bounded by the earliest deadline among them,
-// and installs each answer in every Held of its key: a renewed grant, a
-// loss, or a failure retried soon.
-func (k *keeper) renewBatch(grants []Grant, deadline time.Time) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
+// startRenewLocked starts one renewal call of batch.
+func (k *keeper) startRenewLocked(batch []*Held) {
+	k.renewing++
+	k.calls.Add(1)
+	go k.renew(batch)
+}
+
+// renew renews batch in one call, bounded by half the time to the
+// earliest deadline among them, so that when the call hangs there is time
+// left to try again. When a batch of several keys runs out of time, it is
+// split in halves, each tried at once with its own bound: a key whose
+// writes hang costs the other keys of its batch one bounded wait, never
+// their leases (R12, R17).
+func (k *keeper) renew(batch []*Held) {
+	defer k.calls.Done()
+	grants := make([]Grant, len(batch))
+	deadline := batch[0].deadline
+	for i, h := range batch {
+		grants[i] = h.Grant()
+		deadline = earliest(deadline, h.deadline)
+	}
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(k.ctx, max(deadline.Sub(start)/2, time.Millisecond))
 	results := renewAll(ctx, k.s, grants)
+	timedOut := ctx.Err() != nil && k.ctx.Err() == nil
+	cancel()
+
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.renewing--
+	k.poke()
+	var again []*Held
 	now := time.Now()
-	for i, g := range grants {
+	for i, h := range batch {
+		h.renewing = false
 		r := results[i]
-		for _, h := range slices.Clone(k.helds[g.Key]) {
-			if hg := h.Grant(); hg.Epoch != g.Epoch || hg.Owner != g.Owner {
-				continue
+		if h.ended() != nil || k.stopped {
+			continue
+		}
+		switch cause := lossCause(r.err); {
+		case r.err == nil:
+			if h.install(r.g) {
+				k.scheduleLocked(h, r.g, start)
 			}
-			switch cause := lossCause(r.err); {
-			case r.err == nil:
-				if h.install(r.g) {
-					k.scheduleLocked(h, r.g, start)
-				}
-			case cause != nil:
-				k.removeLocked(h)
-				h.lose(cause)
-			default: // storage failing: retry sooner; the deadline stops the work in time
-				h.renewErr = r.err
-				h.due = now.Add(jitter(h.retry))
-				h.retry = max(min(2*h.retry, h.renew/4), time.Millisecond)
-			}
+		case cause != nil:
+			k.endLocked(h, cause, true)
+		case timedOut && len(batch) > 1:
+			h.renewErr = r.err
+			h.renewing = true
+			again = append(again, h)
+		default: // storage failing: retry sooner; the deadline stops the work in time
+			h.renewErr = r.err
+			h.due = now.Add(jitter(h.retry))
+			h.retry = max(min(2*h.retry, h.renew/4), time.Millisecond)
+			k.dues.set(h)
+		}
+	}
+	if len(again) > 0 {
+		half := len(again) / 2
+		if half == 0 {
+			half = 1
+		}
+		k.startRenewLocked(again[:half])
+		if half < len(again) {
+			k.startRenewLocked(again[half:])
 		}
 	}
 }

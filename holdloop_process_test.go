@@ -119,7 +119,7 @@ func waitersBlocked(t *testing.T, s *DocumentStore) {
 	k := keeperFor(s)
 	for range 2000 {
 		k.mu.Lock()
-		n := len(k.waits)
+		n := len(k.queues)
 		k.mu.Unlock()
 		if n == manyKeys {
 			return

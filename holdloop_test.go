@@ -437,7 +437,7 @@ func TestHoldReentrantShortGrant(t *testing.T) {
 			}
 			// A plan that cannot fit the TTL fails, and must not give back
 			// the grant that h holds.
-			if _, err := Hold(t.Context(), s, key, RenewEvery(holdTTL)); err == nil {
+			if _, err := Hold(t.Context(), s, key, RenewEvery(holdTTL), FailIfHeld()); err == nil {
 				t.Fatalf("%T: Hold with RenewEvery(TTL) succeeded", s)
 			}
 			if _, err := b.Acquire(t.Context(), key); !errors.Is(err, ErrHeld) {

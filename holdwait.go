@@ -3,40 +3,33 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
-	"sync/atomic"
 	"time"
 )
 
-// lookTimeout bounds one round of looks for waiting Holds.
-const lookTimeout = 30 * time.Second
-
-// waiter is a Hold waiting for a held key. Its fields but woken are
-// guarded by its keeper's mu.
+// waiter is one key of a Hold or HoldEach call, waiting for the key. Its
+// fields are guarded by its keeper's mu.
 type waiter struct {
 	key     string
-	ch      chan waitResult // receives the one answer
-	due     time.Time       // next look
-	backoff time.Duration   // the wait before the look after next
-	watched bool            // the store tells of releases: no polling
-	last    error           // the last completed look's error
-	held    error           // the last look that found the key held, if any
-	done    bool            // answered, or gone
-	woken   atomic.Bool     // the store told of a release since the last look
-}
+	cfg     holdConfig
+	ctx     context.Context // the caller's: the Held keeps its values
+	ch      chan<- HoldResult
+	due     time.Time     // next look, when first in its key's queue
+	backoff time.Duration // the wait before the look after next
+	last    error         // the last completed look's error
+	held    error         // the last look that found the key held, if any
+	looked  bool          // at least one look completed
+	looking bool          // a look for it is in flight
+	done    bool          // answered, or gone
+	gone    bool          // its caller stopped waiting
+	watch   func()        // ends the store's release watch, if any
+	watched bool          // the store tells of releases: look rarely otherwise
+	queued  bool          // in the loop's woken list
+	started time.Time     // when it began waiting
 
-type waitResult struct {
-	g     Grant
-	start time.Time // when the acquire that got g began
-	err   error
-}
-
-// finish answers w once. The keeper's mu must be held.
-func (w *waiter) finish(r waitResult) {
-	if !w.done {
-		w.done = true
-		w.ch <- r
-	}
+	lookSlot int // position in k.looks
 }
 
 // releaseWatcher is a store that can tell at once when a key may have
@@ -45,82 +38,387 @@ type releaseWatcher interface {
 	watchRelease(key string, wake func()) (stop func(), err error)
 }
 
-// wait waits for key, which the first attempt found held (or storage
-// failing: first), until the keeper's loop acquires it or ctx ends.
-func (k *keeper) wait(ctx context.Context, key string, first error) (Grant, time.Time, error) {
-	w := &waiter{key: key, ch: make(chan waitResult, 1), last: first, backoff: holdMinBackoff}
-	if errors.Is(first, ErrHeld) {
-		w.held = first
-	}
-	stop := k.watch(w)
-	defer stop()
-	k.mu.Lock()
-	if k.stopped {
-		k.mu.Unlock()
-		return Grant{}, time.Time{}, ErrClosed
-	}
-	k.rescheduleLocked(w, first, time.Now())
-	if w.watched {
-		w.due = time.Now() // one look after the watch began: a release before it raised no notice
-	}
-	k.waits[key] = append(k.waits[key], w)
-	k.startLocked()
-	k.pokeLocked()
-	k.mu.Unlock()
-
-	select {
-	case r := <-w.ch:
-		return r.g, r.start, r.err
-	case <-ctx.Done():
-	}
-	k.mu.Lock()
-	k.dropWaiterLocked(w)
-	last, held := w.last, w.held
-	k.mu.Unlock()
-	select {
-	case r := <-w.ch: // answered just before it was dropped
-		return r.g, r.start, r.err
-	default:
-	}
-	return Grant{}, time.Time{}, &waitError{key: key, ctx: ctx.Err(), held: held, last: last}
-}
-
-// watch asks the store to tell of releases of w's key, if it can.
-func (k *keeper) watch(w *waiter) (stop func()) {
-	rw, ok := k.s.(releaseWatcher)
-	if !ok {
-		return func() {}
-	}
-	stop, err := rw.watchRelease(w.key, func() {
-		w.woken.Store(true)
-		k.poke()
-	})
-	if err != nil {
-		return func() {}
-	}
-	w.watched = true
-	return stop
-}
-
-// poke makes the loop look again now, from any goroutine.
-func (k *keeper) poke() {
+// enqueue makes a waiter for each key, answering on ch, and returns the
+// waiters it queued; a key it could answer at once (the store closed, or
+// FailIfHeld while the store's own Held of the key is live) is answered on
+// ch and not returned.
+func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch chan<- HoldResult) []*waiter {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.pokeLocked()
+	ws := make([]*waiter, 0, len(keys))
+	now := time.Now()
+	for _, key := range keys {
+		if k.stopped {
+			ch <- HoldResult{Key: key, Err: ErrClosed}
+			continue
+		}
+		if h := k.helds[key]; h != nil && cfg.failIfHeld {
+			ch <- HoldResult{Key: key, Err: ownHeldError(h.Grant())}
+			continue
+		}
+		w := &waiter{key: key, cfg: cfg, ctx: ctx, ch: ch, backoff: holdMinBackoff, started: now, due: now}
+		k.queues[key] = append(k.queues[key], w)
+		k.promoteLocked(key, now)
+		ws = append(ws, w)
+	}
+	if len(ws) > 0 {
+		k.startLocked()
+		k.poke()
+	}
+	return ws
 }
 
-func (k *keeper) dropWaiterLocked(w *waiter) {
+// ownHeldError is the *HeldError a FailIfHeld Hold gets for a key that a
+// Held of its own store holds (R16).
+func ownHeldError(g Grant) error {
+	return &HeldError{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, ExpiresAt: g.ExpiresAt}
+}
+
+// promoteLocked lets the first waiter of key look, if the key has no live
+// Held here and no write giving it up is in flight.
+func (k *keeper) promoteLocked(key string, now time.Time) {
+	ws := k.queues[key]
+	if len(ws) == 0 || k.helds[key] != nil || k.settling[key] > 0 {
+		return
+	}
+	w := ws[0]
+	if w.looking || w.lookSlot > 0 {
+		return
+	}
+	w.due = now // first in line, or the Held it queued behind has ended
+	k.looks.set(w)
+	k.startLocked()
+}
+
+// finishLocked answers w once and takes it out of its key's queue.
+func (w *waiter) finishLocked(r HoldResult) {
+	if w.done {
+		return
+	}
 	w.done = true
-	ws := slices.DeleteFunc(k.waits[w.key], func(o *waiter) bool { return o == w })
+	if w.watch != nil {
+		w.watch()
+		w.watch = nil
+	}
+	w.ch <- r
+}
+
+// dequeueLocked takes w out of its key's queue and schedules, and lets the
+// next waiter look.
+func (k *keeper) dequeueLocked(w *waiter) {
+	k.looks.remove(w)
+	ws := slices.DeleteFunc(k.queues[w.key], func(o *waiter) bool { return o == w })
 	if len(ws) == 0 {
-		delete(k.waits, w.key)
+		delete(k.queues, w.key)
 	} else {
-		k.waits[w.key] = ws
+		k.queues[w.key] = ws
 	}
-	if len(k.waits) == 0 && k.cancelLook != nil {
-		k.cancelLook() // nobody waits for what the look in flight would find
+	k.promoteLocked(w.key, time.Now())
+}
+
+// abandon ends w's wait because ctx ended, unless it was answered first.
+// It returns the error for w and true, or false if w's answer is (or will
+// be) on its channel. A look in flight for w stays in flight; its grant,
+// if it gets one, goes to the key's next waiter or back to the store.
+func (k *keeper) abandon(w *waiter, ctx context.Context) (error, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if w.done {
+		return nil, false
 	}
-	k.pokeIfIdleLocked()
+	w.done, w.gone = true, true
+	if w.watch != nil {
+		w.watch()
+		w.watch = nil
+	}
+	if !w.looking {
+		k.dequeueLocked(w)
+	}
+	k.poke()
+	last := w.last
+	if last == nil {
+		last = errors.New("no look completed")
+	}
+	return &waitError{key: w.key, ctx: ctx.Err(), held: w.held, last: last}, true
+}
+
+// takeWokenLocked moves the waiters whose store told of a release to the
+// front of the looks.
+func (k *keeper) takeWokenLocked(now time.Time) {
+	k.wokenMu.Lock()
+	woken := k.woken
+	k.woken = nil
+	for _, w := range woken {
+		w.queued = false
+	}
+	k.wokenMu.Unlock()
+	for _, w := range woken {
+		if w.lookSlot > 0 {
+			w.due = now
+			k.looks.set(w)
+		}
+	}
+}
+
+// startLookLocked starts one look at the keys whose first waiter is due,
+// or will be within half its backoff (so that waits fall into step), at
+// most maxBatch of them, unless a look is in flight or a renewal is due
+// and waiting for a lane (looks yield to renewals).
+func (k *keeper) startLookLocked(now time.Time) {
+	if k.looking {
+		return
+	}
+	if h, ok := k.dues.first(); ok && !now.Before(h.due) {
+		return // renewals first: every lane is busy and one is due
+	}
+	w, ok := k.looks.first()
+	if !ok || now.Before(w.due) {
+		return
+	}
+	limit := maxBatch
+	if _, ok := k.s.(batchStore); !ok {
+		limit = unbatchedCalls
+	}
+	var batch []*waiter
+	for len(batch) < limit {
+		w, ok := k.looks.first()
+		if !ok || w.due.Sub(now) > w.backoff/2 {
+			break
+		}
+		k.looks.pop()
+		w.looking = true
+		batch = append(batch, w)
+	}
+	k.looking = true
+	k.calls.Add(1)
+	go k.look(batch)
+}
+
+// acquireAll acquires keys through s: in batches when s can, else a few
+// at once.
+func acquireAll(ctx context.Context, s Store, keys []string) []grantResult {
+	if b, ok := s.(batchStore); ok {
+		return b.acquireMany(ctx, keys)
+	}
+	out := make([]grantResult, len(keys))
+	eachAtOnce(len(keys), func(i int) { out[i].g, out[i].err = s.Acquire(ctx, keys[i]) })
+	return out
+}
+
+// look tries to acquire the keys of batch for their waiters, bounded by
+// lookTimeout but not by the waiters' contexts: a waiter that leaves does
+// not cancel a write that may land (R17).
+func (k *keeper) look(batch []*waiter) {
+	defer k.calls.Done()
+	keys := make([]string, len(batch))
+	for i, w := range batch {
+		keys[i] = w.key
+	}
+	ctx, cancel := context.WithTimeout(k.ctx, lookTimeout)
+	start := time.Now()
+	results := acquireAll(ctx, k.s, keys)
+	starts := make([]time.Time, len(batch))
+	for i, w := range batch {
+		starts[i] = start
+		if results[i].err == nil {
+			results[i].g, starts[i] = k.freshen(ctx, w.cfg, results[i].g, start)
+		}
+	}
+	cancel()
+
+	k.mu.Lock()
+	k.looking = false
+	var watch []*waiter
+	for i, w := range batch {
+		w.looking = false
+		if k.lookedLocked(w, results[i], starts[i]) {
+			watch = append(watch, w)
+		}
+	}
+	k.mu.Unlock()
+	k.poke()
+	for _, w := range watch {
+		k.watch(w)
+	}
+}
+
+// freshen renews g at once when it has less time left than a Held's plan
+// needs: a grant the store held already (R4c) may be short. It returns
+// the grant to keep and when the call that made it began.
+func (k *keeper) freshen(ctx context.Context, cfg holdConfig, g Grant, start time.Time) (Grant, time.Time) {
+	if g.ExpiresAt.IsZero() {
+		return g, start
+	}
+	ttl := storeTTL(k.s)
+	if ttl <= 0 {
+		ttl = g.ExpiresAt.Sub(start)
+	}
+	renew, margin, err := cfg.plan(ttl)
+	if err == nil && g.ExpiresAt.Sub(start) > renew+margin {
+		return g, start
+	}
+	now := time.Now()
+	if next, err := k.s.Renew(ctx, g); err == nil {
+		return next, now
+	}
+	return g, start // grantedLocked finds it too short and looks again later
+}
+
+// lookedLocked handles one key's look: a grant goes to the key's first
+// waiter still waiting (or back to the store if none is), a held key or a
+// storage error schedules the next look, anything else answers the
+// waiter. It reports whether w should start watching for releases.
+func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time) (watch bool) {
+	if k.stopped {
+		return false // Close answered every waiter; a grant stays as a crash's would (R15)
+	}
+	if r.err == nil {
+		k.grantedLocked(w, r.g, start)
+		return false
+	}
+	if w.gone {
+		k.dequeueLocked(w)
+		return false
+	}
+	w.looked, w.last = true, r.err
+	if errors.Is(r.err, ErrHeld) {
+		w.held = r.err
+	}
+	if !retryable(r.err) || w.cfg.failIfHeld {
+		k.dequeueLocked(w)
+		w.finishLocked(HoldResult{Key: w.key, Err: r.err})
+		return false
+	}
+	k.failHeldWaitersLocked(w.key, r.err)
+	k.rescheduleLocked(w, r.err, time.Now())
+	return !w.watched && errors.Is(r.err, ErrHeld)
+}
+
+// failHeldWaitersLocked answers the FailIfHeld waiters of key that queue
+// behind its first waiter, now that a look found the key held.
+func (k *keeper) failHeldWaitersLocked(key string, err error) {
+	if !errors.Is(err, ErrHeld) {
+		return
+	}
+	for _, o := range slices.Clone(k.queues[key][1:]) {
+		if o.cfg.failIfHeld {
+			k.dequeueLocked(o)
+			o.finishLocked(HoldResult{Key: key, Err: err})
+		}
+	}
+}
+
+// grantedLocked hands g, which a look for w got, to the first waiter of
+// its key that still waits, or gives it back. A grant that a Held of this
+// store had already (the store kept it after a failed release, R4c) is
+// never handed on: each Held gets a grant of its own (R16).
+func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time) {
+	key := w.key
+	if w.gone {
+		k.dequeueLocked(w)
+	}
+	if sp, ok := k.spent[key]; ok && sp.Owner == g.Owner && g.Epoch <= sp.Epoch {
+		k.giveBackLocked(g)
+		k.retryLocked(key, holdMinBackoff)
+		return
+	}
+	ws := k.queues[key]
+	if len(ws) == 0 || k.helds[key] != nil {
+		k.giveBackLocked(g) // nobody waits for it any more (R17)
+		return
+	}
+	to := ws[0]
+	renew, margin, deadline, err := k.planLocked(to.cfg, g, start)
+	switch {
+	case err != nil:
+		k.dequeueLocked(to)
+		k.giveBackLocked(g)
+		to.finishLocked(HoldResult{Key: key, Err: err})
+	case !deadline.IsZero() && !time.Now().Before(deadline):
+		// The grant came too late to be worth anything: the key looks
+		// again once it has expired, and gets a new epoch then.
+		k.retryLocked(key, max(time.Until(g.ExpiresAt), holdMinBackoff))
+	default:
+		k.dequeueLocked(to)
+		h := k.newHeldLocked(to, g, start, renew, margin)
+		to.finishLocked(HoldResult{Key: key, Held: h})
+		k.failQueuedLocked(key, h)
+	}
+}
+
+// failQueuedLocked answers the FailIfHeld waiters of key now that h holds it.
+func (k *keeper) failQueuedLocked(key string, h *Held) {
+	for _, o := range slices.Clone(k.queues[key]) {
+		if o.cfg.failIfHeld && !o.looking {
+			k.dequeueLocked(o)
+			o.finishLocked(HoldResult{Key: key, Err: ownHeldError(h.Grant())})
+		}
+	}
+}
+
+// retryLocked makes key's first waiter look again after wait.
+func (k *keeper) retryLocked(key string, wait time.Duration) {
+	if ws := k.queues[key]; len(ws) > 0 && !ws[0].looking {
+		ws[0].due = time.Now().Add(wait)
+		k.looks.set(ws[0])
+		k.startLocked()
+	}
+}
+
+// planLocked returns a Held's renewal interval, margin and deadline for g,
+// acquired by a call that began at start; the deadline is zero for a
+// grant that never expires.
+func (k *keeper) planLocked(cfg holdConfig, g Grant, start time.Time) (renew, margin time.Duration, deadline time.Time, err error) {
+	if g.ExpiresAt.IsZero() {
+		return 0, 0, time.Time{}, nil
+	}
+	ttl := storeTTL(k.s)
+	if ttl <= 0 {
+		ttl = g.ExpiresAt.Sub(start)
+	}
+	if renew, margin, err = cfg.plan(ttl); err != nil {
+		return 0, 0, time.Time{}, err
+	}
+	return renew, margin, start.Add(g.ExpiresAt.Sub(start) - margin), nil
+}
+
+// giveBackTries bounds how often a grant nobody waits for is released.
+const giveBackTries = 3
+
+// giveBackLocked releases g, which no Held has, with a context of its
+// own, a few times if it must (R17). If it cannot, g expires as a crashed
+// holder's would. The key's waiters wait until it is done.
+func (k *keeper) giveBackLocked(g Grant) {
+	k.settling[g.Key]++
+	k.calls.Add(1)
+	go func() {
+		defer k.calls.Done()
+		var err error
+		for try := range giveBackTries {
+			ctx, cancel := context.WithTimeout(k.ctx, releaseTimeout)
+			err = k.s.Release(ctx, g)
+			cancel()
+			if err == nil || errors.Is(err, ErrLost) || k.ctx.Err() != nil {
+				break
+			}
+			if pause(k.ctx, try) != nil {
+				break
+			}
+		}
+		if err != nil && !errors.Is(err, ErrLost) && k.ctx.Err() == nil {
+			storeLogger(k.s).Warn("lease: could not give back a grant nobody waits for; it will expire",
+				"key", g.Key, "epoch", g.Epoch, "err", err)
+		}
+		k.settled(g, err)
+	}()
+}
+
+// storeLogger is the logger of the stores this package ships.
+func storeLogger(s Store) *slog.Logger {
+	if l, ok := s.(interface{ logger() *slog.Logger }); ok {
+		return l.logger()
+	}
+	return slog.New(slog.DiscardHandler)
 }
 
 // rescheduleLocked plans w's next look after a look that found err: when
@@ -137,92 +435,69 @@ func (k *keeper) rescheduleLocked(w *waiter, err error, now time.Time) {
 	}
 	w.due = now.Add(wait)
 	w.backoff = min(2*w.backoff, holdMaxBackoff)
+	k.looks.set(w)
 }
 
-// waitJobLocked returns a round of looks at every waited-for key that is
-// due, or will be within half its backoff (so that waits fall into step),
-// or nil if none is due yet.
-func (k *keeper) waitJobLocked(now time.Time) func() {
-	ready := func(w *waiter, window time.Duration) bool {
-		return w.woken.Load() || w.due.Sub(now) <= window
+// watch asks the store to tell of releases of w's key, if it can, and
+// looks once more after the watch began: a release before it raised no
+// notice.
+func (k *keeper) watch(w *waiter) {
+	rw, ok := k.s.(releaseWatcher)
+	if !ok {
+		return
 	}
-	due := false
-	for _, ws := range k.waits {
-		for _, w := range ws {
-			due = due || ready(w, 0)
-		}
+	stop, err := rw.watchRelease(w.key, func() { k.woke(w) })
+	if err != nil {
+		return
 	}
-	if !due {
-		return nil
-	}
-	var keys []string
-	for key, ws := range k.waits {
-		for _, w := range ws {
-			window := w.backoff / 2
-			if w.watched {
-				window = 0
-			}
-			if ready(w, window) {
-				w.woken.Store(false)
-				keys = append(keys, key)
-				break
-			}
-		}
-	}
-	slices.Sort(keys)
-	return func() { k.lookBatch(keys) }
-}
-
-// acquireAll acquires keys through s: in batches when s can, else one at
-// a time.
-func acquireAll(ctx context.Context, s Store, keys []string) []grantResult {
-	if b, ok := s.(batchStore); ok {
-		return b.acquireMany(ctx, keys)
-	}
-	out := make([]grantResult, len(keys))
-	for i, key := range keys {
-		out[i].g, out[i].err = s.Acquire(ctx, key)
-	}
-	return out
-}
-
-// lookBatch tries to acquire keys for their waiters and answers each
-// waiter whose key it got, or whose look failed for good. A key acquired
-// after all its waiters left is released at once.
-func (k *keeper) lookBatch(keys []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), lookTimeout)
-	defer cancel()
 	k.mu.Lock()
-	k.cancelLook = cancel
-	k.mu.Unlock()
-	start := time.Now()
-	results := acquireAll(ctx, k.s, keys)
-	var orphans []Grant
-	k.mu.Lock()
-	k.cancelLook = nil
-	now := time.Now()
-	for i, key := range keys {
-		r, ws := results[i], k.waits[key]
-		switch {
-		case r.err == nil && len(ws) == 0:
-			orphans = append(orphans, r.g)
-		case r.err == nil || !retryable(r.err):
-			for _, w := range ws {
-				w.finish(waitResult{g: r.g, start: start, err: r.err})
-			}
-			delete(k.waits, key)
-		default:
-			for _, w := range ws {
-				w.last = r.err
-				if errors.Is(r.err, ErrHeld) {
-					w.held = r.err
-				}
-				k.rescheduleLocked(w, r.err, now)
-			}
-		}
+	defer k.mu.Unlock()
+	if w.done {
+		stop()
+		return
 	}
-	k.mu.Unlock()
-	for _, g := range orphans {
-		_ = k.s.Release(ctx, g) // if it fails, the grant expires as a crashed holder's would
+	w.watch, w.watched = stop, true
+	if w.lookSlot > 0 {
+		w.due = time.Now()
+		k.looks.set(w)
+		k.poke()
 	}
+}
+
+// woke is called by the store's watch when w's key may have become free.
+// It never blocks on the keeper's mu, so the watch may call it anywhere.
+func (k *keeper) woke(w *waiter) {
+	k.wokenMu.Lock()
+	if !w.queued {
+		w.queued = true
+		k.woken = append(k.woken, w)
+	}
+	k.wokenMu.Unlock()
+	k.poke()
+}
+
+// waitError is why Hold gave up waiting: its context ended; the last look
+// that completed found the key held or storage failing; and, if any look
+// found the key held, that look's *HeldError. It matches all of them (so
+// ErrHeld whenever the key was found held), in one line.
+type waitError struct {
+	key  string
+	ctx  error // the context's error
+	held error // the last look that found the key held; nil if none did
+	last error // the last completed look's error
+}
+
+func (e *waitError) Error() string {
+	msg := fmt.Sprintf("lease: gave up waiting for %q: %v", e.key, e.ctx)
+	if e.held != nil && e.held != e.last {
+		msg += "; " + oneLine(e.held)
+	}
+	return msg + "; last look: " + oneLine(e.last)
+}
+
+func (e *waitError) Unwrap() []error {
+	if e.held != nil && e.held != e.last {
+		return []error{e.ctx, e.held, e.last}
+	}
+	return []error{e.ctx, e.last}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -329,6 +330,7 @@ func (s *LocalStore) Release(ctx context.Context, g Grant) error {
 		return err
 	}
 	defer unlock()
+	s.holds.giveUp(g) // its Held ends before the key can pass on (R17)
 	// Only the flock's holder writes the record, so while this instance
 	// holds the flock the record names its grant: no read is needed. But
 	// the flock guards the key only while the path names the locked file.
@@ -417,6 +419,7 @@ func (s *LocalStore) ReleaseAll(ctx context.Context) error {
 		grants = append(grants, h.grant)
 	}
 	s.mu.Unlock()
+	s.holds.giveUp(grants...) // their Helds end before any key can pass on (R17)
 	errs := make([]error, len(grants))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -432,17 +435,6 @@ func (s *LocalStore) ReleaseAll(ctx context.Context) error {
 	}
 	close(next)
 	wg.Wait()
-	var done, lostGrants []Grant
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			done = append(done, grants[i])
-		case errors.Is(err, ErrLost):
-			lostGrants = append(lostGrants, grants[i])
-		}
-	}
-	s.holds.ended(done, releasedCause)
-	s.holds.ended(lostGrants, func(g Grant) error { return lost(g.Key, g.Epoch) })
 	return errors.Join(errs...)
 }
 
@@ -450,6 +442,7 @@ func (s *LocalStore) ReleaseAll(ctx context.Context) error {
 // crash would: the next holder of each key sees PreviousUnclean. It ends
 // the release watch. Later calls fail with ErrClosed. Close is idempotent.
 func (s *LocalStore) Close() error {
+	s.holds.close() // every Held ends before its flock is dropped (R15, R17)
 	s.mu.Lock()
 	if s.done {
 		s.mu.Unlock()
@@ -473,8 +466,7 @@ func (s *LocalStore) Close() error {
 	return errors.Join(errs...)
 }
 
-// closedSignal returns a channel that is closed when Close begins.
-func (s *LocalStore) closedSignal() <-chan struct{} { return s.closed }
+func (s *LocalStore) logger() *slog.Logger { return s.cfg.logger }
 
 func (s *LocalStore) keeperSlot() *keeperSlot { return &s.holds }
 

@@ -183,7 +183,11 @@ func (s *DocumentStore) Release(ctx context.Context, g Grant) error {
 		return err
 	}
 	defer unlock()
-	s.holds.giveUp(g) // its Held ends before the key can pass on (R17)
+	if mutant == mutantLateEnd {
+		defer s.holds.giveUp(g)
+	} else {
+		s.holds.giveUp(g) // its Held ends before the key can pass on (R17)
+	}
 	for attempt := 0; ; attempt++ {
 		h, err := s.holding(ctx, "release", g, false, attempt > 0)
 		if errors.Is(err, errReleased) {

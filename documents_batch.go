@@ -312,7 +312,11 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 		batch = append(batch, batchWrite{p: pendingWrite{
 			want: recordOf(h.grant, true), grant: h.grant, pre: Precondition{Version: h.version}}})
 	}
-	s.holds.giveUp(grants...) // their Helds end before any key can pass on (R17)
+	if mutant == mutantLateEnd {
+		defer s.holds.giveUp(grants...)
+	} else {
+		s.holds.giveUp(grants...) // their Helds end before any key can pass on (R17)
+	}
 	for j, err := range s.putBatch(ctx, "release", batch) {
 		g := batch[j].p.grant
 		switch {

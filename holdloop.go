@@ -317,7 +317,9 @@ func (k *keeper) close() {
 	k.mu.Lock()
 	k.stopped = true
 	for _, h := range k.helds {
-		h.end(closedCause(h.Grant()), true)
+		if mutant != mutantCloseSkipsHolds {
+			h.end(closedCause(h.Grant()), true)
+		}
 	}
 	clear(k.helds)
 	k.dues.clear()
@@ -521,7 +523,11 @@ func (k *keeper) renew(batch []*Held) {
 		deadline = earliest(deadline, h.deadline)
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(k.ctx, max(deadline.Sub(start)/2, time.Millisecond))
+	bound := max(deadline.Sub(start)/2, time.Millisecond)
+	if mutant == mutantWholeBatch {
+		bound = max(deadline.Sub(start), time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(k.ctx, bound)
 	results := renewAll(ctx, k.s, grants)
 	timedOut := ctx.Err() != nil && k.ctx.Err() == nil
 	cancel()
@@ -545,7 +551,7 @@ func (k *keeper) renew(batch []*Held) {
 			}
 		case cause != nil:
 			k.endLocked(h, cause, true)
-		case timedOut && len(batch) > 1:
+		case timedOut && len(batch) > 1 && mutant != mutantWholeBatch:
 			h.renewErr = r.err
 			h.renewing = true
 			again = append(again, h)

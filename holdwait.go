@@ -52,6 +52,12 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 			ch <- HoldResult{Key: key, Err: ErrClosed}
 			continue
 		}
+		if h := k.helds[key]; h != nil && mutant == mutantShareGrant {
+			shared := &Held{s: k.s, k: k, key: key, grant: h.Grant()}
+			shared.ctx, shared.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+			ch <- HoldResult{Key: key, Held: shared}
+			continue
+		}
 		if h := k.helds[key]; h != nil && cfg.failIfHeld {
 			ch <- HoldResult{Key: key, Err: ownHeldError(h.Grant())}
 			continue
@@ -324,7 +330,9 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time) {
 	}
 	ws := k.queues[key]
 	if len(ws) == 0 || k.helds[key] != nil {
-		k.giveBackLocked(g) // nobody waits for it any more (R17)
+		if mutant != mutantOrphan {
+			k.giveBackLocked(g) // nobody waits for it any more (R17)
+		}
 		return
 	}
 	to := ws[0]

@@ -1,0 +1,418 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// These tests check the layer above the store (R15-R17): one live Held per
+// key and store, Helds that end before their grants are given up, no
+// grant left held by nobody, and keys that keep their leases whatever
+// another key's storage does. Each fails with its mutant (make mutants).
+
+// gateDriver is the memory driver with a hand on its writes: onWrite sees
+// every record before it is written, writes wait while the gate is shut,
+// and writes of a hanging key wait until their context ends.
+type gateDriver struct {
+	*memoryDriver
+
+	mu      sync.Mutex
+	onWrite func(Record)
+	gate    chan struct{} // nil: open
+	hang    map[string]bool
+}
+
+var _ BatchDriver = (*gateDriver)(nil)
+
+func newGateDriver() *gateDriver {
+	return &gateDriver{memoryDriver: NewMemoryDriver().(*memoryDriver), hang: map[string]bool{}}
+}
+
+func (d *gateDriver) shut() { d.mu.Lock(); d.gate = make(chan struct{}); d.mu.Unlock() }
+func (d *gateDriver) open() { d.mu.Lock(); close(d.gate); d.gate = nil; d.mu.Unlock() }
+
+func (d *gateDriver) setHang(key string, on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.hang[key] = on
+}
+
+// before runs the hooks for a write of recs; an error fails the write
+// with its outcome unknown.
+func (d *gateDriver) before(ctx context.Context, recs ...Record) error {
+	d.mu.Lock()
+	gate, on := d.gate, d.onWrite
+	hang := false
+	for _, r := range recs {
+		hang = hang || d.hang[r.Key]
+	}
+	d.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if on != nil {
+		for _, r := range recs {
+			on(r)
+		}
+	}
+	return nil
+}
+
+func (d *gateDriver) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
+	if err := d.before(ctx, rec); err != nil {
+		return 0, err
+	}
+	return d.memoryDriver.Put(ctx, rec, pre)
+}
+
+func (d *gateDriver) PutMany(ctx context.Context, ws []Write) ([]PutResult, error) {
+	recs := make([]Record, len(ws))
+	for i, w := range ws {
+		recs[i] = w.Rec
+	}
+	if err := d.before(ctx, recs...); err != nil {
+		return nil, err
+	}
+	return d.memoryDriver.PutMany(ctx, ws)
+}
+
+// TestR16SecondHoldWaitsForTheFirst: a second Hold of a key through the
+// same store does not share the live Held's grant: with FailIfHeld it
+// fails naming the store's own owner; otherwise it waits, and after the
+// first Held's release it gets a grant of its own with a new epoch.
+func TestR16SecondHoldWaitsForTheFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := loopStore(t, NewMemoryDriver(), "alice")
+		h1, err := Hold(t.Context(), s, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var he *HeldError
+		if h, err := Hold(t.Context(), s, "k", FailIfHeld()); !errors.As(err, &he) || he.Owner != "alice" || he.Epoch != 1 {
+			if h != nil {
+				t.Fatalf("FailIfHeld Hold of a key this store holds returned a Held of epoch %d; want a *HeldError naming alice at epoch 1", h.Grant().Epoch)
+			}
+			t.Fatalf("FailIfHeld Hold of a key this store holds = %v; want a *HeldError naming alice at epoch 1", err)
+		}
+		got := make(chan *Held, 1)
+		go func() {
+			h2, err := Hold(t.Context(), s, "k")
+			if err != nil {
+				t.Error(err)
+			}
+			got <- h2
+		}()
+		synctest.Wait()
+		select {
+		case h2 := <-got:
+			t.Fatalf("second Hold returned epoch %d while the first Held (epoch 1) was live", h2.Grant().Epoch)
+		default:
+		}
+		if err := h1.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		h2 := <-got
+		if g := h2.Grant(); g.Epoch != 2 || g.PreviousUnclean {
+			t.Errorf("second Hold after a release got %+v; want epoch 2, clean", g)
+		}
+		if h1.Context().Err() == nil || h2.Context().Err() != nil {
+			t.Error("want the first Held ended and the second live")
+		}
+	})
+}
+
+// TestR16WaitersServedInOrder: the waiters of one key in one store are
+// served first come, first served, each with a new epoch.
+func TestR16WaitersServedInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := loopStore(t, NewMemoryDriver(), "alice")
+		h, err := Hold(t.Context(), s, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 4
+		got := make(chan int, n)
+		helds := make([]*Held, n)
+		for i := range n {
+			go func() {
+				hi, err := Hold(t.Context(), s, "k")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				helds[i] = hi
+				got <- i
+			}()
+			synctest.Wait() // queued before the next one starts
+		}
+		for want := range n {
+			if err := h.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			i := <-got
+			if i != want {
+				t.Fatalf("waiter %d served before waiter %d", i, want)
+			}
+			h = helds[i]
+			if e := h.Grant().Epoch; e != uint64(want+2) {
+				t.Errorf("waiter %d got epoch %d; want %d", i, e, want+2)
+			}
+		}
+	})
+}
+
+// TestR17GiveUpEndsHeldsFirst: every write that releases a Held's grant
+// (Held.Release, a bare Release of its grant, ReleaseAll) finds the Held
+// already ended.
+func TestR17GiveUpEndsHeldsFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newGateDriver()
+		s := loopStore(t, d, "alice")
+		var mu sync.Mutex
+		live := map[string]*Held{}
+		d.onWrite = func(r Record) {
+			mu.Lock()
+			defer mu.Unlock()
+			if h := live[r.Key]; r.Released && h != nil && h.Context().Err() == nil {
+				t.Errorf("release of %q epoch %d written while its Held was live", r.Key, r.Epoch)
+			}
+		}
+		hold := func(key string) *Held {
+			h, err := Hold(t.Context(), s, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			live[key] = h
+			mu.Unlock()
+			return h
+		}
+		if err := hold("one").Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(t.Context(), hold("bare").Grant()); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			hold(fmt.Sprintf("all-%d", i))
+		}
+		if err := s.ReleaseAll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for key, h := range live {
+			if h.Context().Err() == nil {
+				t.Errorf("Held of %q still live after its release", key)
+			}
+		}
+	})
+}
+
+// TestR15CloseEndsHeldsBeforeReturning: Close ends every Held at once, on
+// the stores of every kind, also while Holds race it.
+func TestR15CloseEndsHeldsBeforeReturning(t *testing.T) {
+	stores := map[string]func(t *testing.T) Store{
+		"memory": func(t *testing.T) Store { return loopStore(t, NewMemoryDriver(), "alice") },
+		"file":   func(t *testing.T) Store { return newLocal(t, t.TempDir(), WithOwner("alice")) },
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			for round := range 50 {
+				s := open(t)
+				h, err := Hold(t.Context(), s, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				racing := make(chan *Held, 1)
+				go func() {
+					h, _ := Hold(t.Context(), s, fmt.Sprintf("race-%d", round))
+					racing <- h
+				}()
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if cause := context.Cause(h.Context()); !errors.Is(cause, ErrClosed) || !errors.Is(cause, ErrLost) {
+					t.Fatalf("round %d: after Close the Held's cause is %v; want ErrLost and ErrClosed", round, cause)
+				}
+				if r := <-racing; r != nil && r.Context().Err() == nil {
+					t.Fatalf("round %d: a Hold racing Close returned a live Held", round)
+				}
+			}
+		})
+	}
+}
+
+// TestR17WaiterLeavesWhileAcquiring: a waiter whose context ends while its
+// key's acquire is in flight leaves no grant behind: the loop gives the
+// grant back with a context of its own, so another store gets the key at
+// once, cleanly.
+func TestR17WaiterLeavesWhileAcquiring(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newGateDriver()
+		a, b := loopStore(t, d, "alice"), loopStore(t, d, "bob")
+		d.shut()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if _, err := Hold(ctx, a, "k"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Hold with its write held back = %v; want the context's end", err)
+		}
+		d.open() // the acquire lands after its waiter left
+		synctest.Wait()
+		g, err := b.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Fatalf("bob's acquire after alice's waiter left = %v; want the key given back", err)
+		}
+		if g.Epoch != 2 || g.PreviousUnclean {
+			t.Errorf("bob got %+v; want epoch 2 after a clean give-back", g)
+		}
+	})
+}
+
+// TestR12HangingKeyCostsOthersNothing: a key whose writes hang makes its
+// own Held end at its deadline, and no other Held of the store misses a
+// renewal.
+func TestR12HangingKeyCostsOthersNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newGateDriver()
+		s := loopStore(t, d, "alice")
+		var hs []*Held
+		for r := range HoldEach(t.Context(), s, []string{"a", "b", "c", "stuck"}) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			hs = append(hs, r.Held)
+		}
+		d.setHang("stuck", true)
+		time.Sleep(5 * holdTTL)
+		for _, h := range hs {
+			switch err := h.Context().Err(); {
+			case h.key == "stuck" && err == nil:
+				t.Error("the Held whose writes hang is still live")
+			case h.key != "stuck" && err != nil:
+				t.Errorf("Held of %q lost beside a hanging key: %v", h.key, context.Cause(h.Context()))
+			}
+		}
+	})
+}
+
+// TestHoldEachBatchesFirstLooks: HoldEach of many free keys takes them in
+// a few batched reads and writes, with no one-key call and no goroutine
+// per key.
+func TestHoldEachBatchesFirstLooks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newCountingDriver()
+		s := loopStore(t, d, "alice")
+		const n = 10000
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("profile/%05d", i)
+		}
+		held := 0
+		for r := range HoldEach(t.Context(), s, keys) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			held++
+		}
+		if held != n {
+			t.Fatalf("held %d keys; want %d", held, n)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.gets+d.puts != 0 || d.getMany+d.putMany > 10 {
+			t.Errorf("HoldEach of %d keys: %d one-key and %d batched calls; want none and at most 10",
+				n, d.gets+d.puts, d.getMany+d.putMany)
+		}
+	})
+}
+
+// TestConcurrentHoldsCoalesce: many goroutines calling Hold on one store
+// at once share batched looks.
+func TestConcurrentHoldsCoalesce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newCountingDriver()
+		s := loopStore(t, d, "alice")
+		const n = 1000
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				if _, err := Hold(t.Context(), s, fmt.Sprintf("p/%d", i)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if calls := d.gets + d.puts + d.getMany + d.putMany; calls > 10 {
+			t.Errorf("%d concurrent Holds cost %d storage calls; want at most 10", n, calls)
+		}
+	})
+}
+
+// TestHoldEachStopsAndGivesBack: stopping a HoldEach early keeps what was
+// yielded and gives back nothing the caller did not see.
+func TestHoldEachStopsAndGivesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := loopStore(t, NewMemoryDriver(), "alice")
+		var first *Held
+		for r := range HoldEach(t.Context(), s, []string{"a", "b", "c"}) {
+			if r.Err != nil {
+				t.Fatalf("first result = %v; want a Held", r.Err)
+			}
+			first = r.Held
+			break
+		}
+		synctest.Wait()
+		if first == nil || first.Context().Err() != nil {
+			t.Fatal("the yielded Held is not live")
+		}
+		n := 0
+		for rec, err := range s.Holders(t.Context(), "") {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Key != first.key {
+				t.Errorf("%q still held after HoldEach stopped", rec.Key)
+			}
+			n++
+		}
+		if n != 1 {
+			t.Errorf("%d keys held; want only the yielded one", n)
+		}
+	})
+}
+
+// TestHoldEachRejectsBadKeys: an invalid or repeated key gets its own
+// error and costs the other keys nothing.
+func TestHoldEachRejectsBadKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := loopStore(t, NewMemoryDriver(), "alice")
+		errs := map[string]error{}
+		held := 0
+		for r := range HoldEach(t.Context(), s, []string{"a", "bad//key", "a", "b"}) {
+			if r.Err != nil {
+				errs[r.Key] = r.Err
+				continue
+			}
+			held++
+		}
+		if held != 2 || !errors.Is(errs["bad//key"], ErrInvalidKey) || errs["a"] == nil {
+			t.Errorf("held %d, errors %v; want a and b held, bad//key invalid, the second a refused", held, errs)
+		}
+	})
+}

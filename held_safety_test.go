@@ -416,3 +416,69 @@ func TestHoldEachRejectsBadKeys(t *testing.T) {
 		}
 	})
 }
+
+// wrappingStore is a caller's Store around one of ours (for metrics or
+// logging) that says what it wraps.
+type wrappingStore struct{ Store }
+
+func (w wrappingStore) Unwrap() Store { return w.Store }
+
+// TestR16WrapperKeepsBatchingAndClose: a Store that wraps one of ours and
+// implements Unwrapper keeps the batched renewals (one batched write per
+// renewal period) and R15 (Close through the wrapper ends its Helds).
+func TestR16WrapperKeepsBatchingAndClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newCountingDriver()
+		w := wrappingStore{loopStore(t, d, "alice")}
+		var hs []*Held
+		for i := range 100 {
+			hs = append(hs, mustHold(t, w, fmt.Sprintf("p/%d", i)))
+		}
+		d.trips()
+		const periods = 3
+		time.Sleep(periods * holdTTL / 3)
+		if single, batched := d.trips(); single > 0 || batched > 2*periods {
+			t.Errorf("through a wrapper: %d one-key and %d batched round trips in %d renewal periods; want batched only, about one write per period",
+				single, batched, periods)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs {
+			if !errors.Is(context.Cause(h.Context()), ErrClosed) {
+				t.Fatalf("%s still live after Close through the wrapper", h.key)
+			}
+		}
+	})
+}
+
+// TestR16ForeignStoreOneKeeper: Holds through a Store of a type this
+// package does not ship, racing their Releases, never end up with two
+// keepers for one store: a second Hold of a key waits for the first.
+func TestR16ForeignStoreOneKeeper(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := plainStore{loopStore(t, NewMemoryDriver(), "alice")}
+		var live sync.Map
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				for range 20 {
+					h, err := Hold(t.Context(), s, "k")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if other, dup := live.LoadOrStore("k", i); dup {
+						t.Errorf("two live Helds of one key in one store (goroutines %v and %d)", other, i)
+					}
+					time.Sleep(time.Millisecond)
+					live.Delete("k")
+					if err := h.Release(t.Context()); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+}

@@ -657,6 +657,7 @@ func TestHoldGivesUpHeldWhenStoreIsSlow(t *testing.T) {
 					_, err := Hold(ctx, alice, "job")
 					errc <- err
 				}()
+				time.Sleep(gatherWindow)
 				synctest.Wait() // the first attempt found bob; alice backs off
 				gets, _ := e.d.calls()
 				e.d.set(mode)

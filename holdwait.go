@@ -27,10 +27,17 @@ type waiter struct {
 	watch   func()        // ends the store's release watch, if any
 	watched bool          // the store tells of releases: look rarely otherwise
 	queued  bool          // in the loop's woken list
+	gather  bool          // its first look waits gatherWindow for others to share it
 	started time.Time     // when it began waiting
 
 	lookSlot int // position in k.looks
 }
+
+// gatherWindow is how long a Hold's first look waits for other Holds to
+// share its storage call, so that concurrent Holds coalesce into a few
+// batched looks instead of one call each. HoldEach's keys, and FailIfHeld
+// Holds, look at once.
+const gatherWindow = time.Millisecond
 
 // releaseWatcher is a store that can tell at once when a key may have
 // become free (the local store, through the kernel).
@@ -43,6 +50,7 @@ type releaseWatcher interface {
 // FailIfHeld while the store's own Held of the key is live) is answered on
 // ch and not returned.
 func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch chan<- HoldResult) []*waiter {
+	gather := len(keys) == 1 && !cfg.failIfHeld
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	ws := make([]*waiter, 0, len(keys))
@@ -62,7 +70,7 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 			ch <- HoldResult{Key: key, Err: ownHeldError(h.Grant())}
 			continue
 		}
-		w := &waiter{key: key, cfg: cfg, ctx: ctx, ch: ch, backoff: holdMinBackoff, started: now, due: now}
+		w := &waiter{key: key, cfg: cfg, ctx: ctx, ch: ch, backoff: holdMinBackoff, started: now, due: now, gather: gather}
 		k.queues[key] = append(k.queues[key], w)
 		k.promoteLocked(key, now)
 		ws = append(ws, w)
@@ -92,6 +100,9 @@ func (k *keeper) promoteLocked(key string, now time.Time) {
 		return
 	}
 	w.due = now // first in line, or the Held it queued behind has ended
+	if !w.looked && w.gather {
+		w.due = now.Add(gatherWindow) // concurrent Holds share their first look
+	}
 	k.looks.set(w)
 	k.startLocked()
 }
@@ -328,8 +339,14 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time) {
 		k.retryLocked(key, holdMinBackoff)
 		return
 	}
+	if h := k.helds[key]; h != nil {
+		if hg := h.Grant(); hg.Epoch != g.Epoch || hg.Owner != g.Owner {
+			k.giveBackLocked(g) // never ours to keep: a live Held has the key
+		}
+		return // the live Held's own grant, found again (R4c): never give it up
+	}
 	ws := k.queues[key]
-	if len(ws) == 0 || k.helds[key] != nil {
+	if len(ws) == 0 {
 		if mutant != mutantOrphan {
 			k.giveBackLocked(g) // nobody waits for it any more (R17)
 		}
@@ -347,8 +364,8 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time) {
 		// again once it has expired, and gets a new epoch then.
 		k.retryLocked(key, max(time.Until(g.ExpiresAt), holdMinBackoff))
 	default:
+		h := k.newHeldLocked(to, g, start, renew, margin) // first: the next waiter must see the key held
 		k.dequeueLocked(to)
-		h := k.newHeldLocked(to, g, start, renew, margin)
 		to.finishLocked(HoldResult{Key: key, Held: h})
 		k.failQueuedLocked(key, h)
 	}

@@ -158,13 +158,7 @@ func waitersRegistered(b *testing.B, s *DocumentStore, n int, results <-chan hol
 	k := keeperFor(s)
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
-		k.mu.Lock()
-		waiting := 0
-		for _, ws := range k.queues {
-			waiting += len(ws)
-		}
-		k.mu.Unlock()
-		if waiting == n {
+		if lookedWaiters(k) == n {
 			return
 		}
 		select {

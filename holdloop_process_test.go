@@ -117,16 +117,28 @@ func waitAll(t *testing.T, s Store) func() []Grant {
 func waitersBlocked(t *testing.T, s *DocumentStore) {
 	t.Helper()
 	k := keeperFor(s)
-	for range 2000 {
-		k.mu.Lock()
-		n := len(k.queues)
-		k.mu.Unlock()
-		if n == manyKeys {
+	for range 12000 {
+		if lookedWaiters(k) == manyKeys {
 			return
 		}
 		time.Sleep(5 * time.Millisecond) // polling for the waiters to register, not for time to pass
 	}
-	t.Fatal("the Holds did not all start waiting")
+	t.Fatalf("%d of %d Holds started waiting", lookedWaiters(k), manyKeys)
+}
+
+// lookedWaiters counts the waiters of k that have looked at least once.
+func lookedWaiters(k *keeper) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, ws := range k.queues {
+		for _, w := range ws {
+			if w.looked {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func manyStore(t *testing.T, path string) (*DocumentStore, *tripCounter) {

@@ -16,10 +16,12 @@ vet:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=1 -timeout=30m ./...
 
-# model: the rapid model test (leasetest.TestModel) with more checks than `make test` runs.
+# model: the rapid model tests (leasetest.TestModel, and leasetest.TestHeldModel of the Held
+# layer, under -race) with more checks than `make test` runs.
 model:
 	$(GO) test -count=1 -run='^TestContract$$//^R2-R7_model$$' -rapid.checks=1000 .
 	$(GO) test -count=1 -run='^TestModel$$' -rapid.checks=1000 .
+	$(GO) test -race -count=1 -timeout=30m -run='^TestHeldModel$$' -rapid.checks=1000 .
 
 # mutants: the project's own tests must catch every deliberately broken
 # variant in mutant.go (R2, R4, R6, R7, R9, R10, R12, the local store, Hold).

@@ -227,6 +227,9 @@ func (k *keeper) newHeldLocked(w *waiter, g Grant, start time.Time, renew, margi
 // obtained by a call that began at start. The deadline is on the
 // monotonic clock, so a step of the wall clock cannot move it (R8).
 func (k *keeper) scheduleLocked(h *Held, g Grant, start time.Time) {
+	if g.ExpiresAt.IsZero() {
+		return // never expires: nothing to renew
+	}
 	h.deadline = start.Add(g.ExpiresAt.Sub(start) - h.margin)
 	h.due = earliest(start.Add(h.renew), h.deadline.Add(-h.renew/4))
 	h.retry, h.renewErr = max(h.renew/8, time.Millisecond), nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 
 	"github.com/leasekit/lease"
 )
@@ -118,6 +119,43 @@ func serveWithHold(ctx context.Context, store lease.Store) error {
 	}
 	defer h.Release(context.Background())
 	return serveProfile(h.Context(), "42", h.Grant().Epoch) // stops when the lease is lost
+}
+
+// startNode is the README's profile-host start-up: every assigned profile
+// held through one HoldEach, each served as soon as its key is held.
+func startNode(ctx context.Context, node lease.Store, assigned []string,
+	serve func(ctx context.Context, id string, epoch uint64) error) map[string]*lease.Held {
+	profiles := make(map[string]*lease.Held, len(assigned))
+	for r := range lease.HoldEach(ctx, node, assigned) {
+		if r.Err != nil {
+			log.Printf("profile %s not started: %v", r.Key, r.Err)
+			continue
+		}
+		profiles[r.Key] = r.Held
+		go serve(r.Held.Context(), r.Key, r.Held.Grant().Epoch) // stops when the lease is lost
+	}
+	return profiles
+}
+
+// HoldEach brings a node's profiles up in batches, with no goroutine per
+// key; ReleaseAll hands them all back at shutdown.
+func ExampleHoldEach() {
+	ctx := context.Background()
+	node, err := lease.Open(ctx, "memory:")
+	if err != nil {
+		panic(err)
+	}
+	defer node.Close()
+	quiet := func(ctx context.Context, id string, epoch uint64) error { <-ctx.Done(); return nil }
+	profiles := startNode(ctx, node, []string{"profile:1", "profile:2", "profile:3"}, quiet)
+	fmt.Println(len(profiles), "profiles held")
+	if err := node.ReleaseAll(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("released; contexts ended:", profiles["profile:2"].Context().Err() != nil)
+	// Output:
+	// 3 profiles held
+	// released; contexts ended: true
 }
 
 // Run and Hold serve a profile while they keep its lease; each use is a

@@ -43,6 +43,7 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 		}
 		return out
 	}
+	s.settleUnknown(ctx, gs)
 	var (
 		locks  lockedKeys
 		batch  []batchWrite
@@ -81,6 +82,46 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 		out[i].g, out[i].err = s.Renew(ctx, gs[i])
 	}
 	return out
+}
+
+// settleUnknown re-reads, in one batched read, the keys of gs that have
+// writes of unknown outcome (R9), such as every key of a renewal batch
+// that timed out, so that their renewals can be batched again instead of
+// each going to a one-key Renew.
+func (s *DocumentStore) settleUnknown(ctx context.Context, gs []Grant) {
+	br, ok := s.d.(BatchReader)
+	if !ok {
+		return
+	}
+	var unsettled []string
+	s.mu.Lock()
+	for _, g := range gs {
+		if len(s.pending[g.Key]) > 0 {
+			unsettled = append(unsettled, g.Key)
+		}
+	}
+	s.mu.Unlock()
+	var (
+		locks lockedKeys
+		keys  []string
+	)
+	for _, key := range unsettled {
+		if unlock, ok := s.lockValid(key); ok {
+			locks, keys = append(locks, unlock), append(keys, key)
+		}
+	}
+	defer locks.unlock()
+	if len(keys) == 0 {
+		return
+	}
+	results, err := br.GetMany(ctx, keys)
+	if err != nil || len(results) != len(keys) {
+		return // each key's Renew re-reads it
+	}
+	for j, key := range keys {
+		r := results[j]
+		s.readResult("renew", key, r.Rec, r.Version, r.Err)
+	}
 }
 
 // tableGrant locks g's key if it is free and returns the table's entry

@@ -32,19 +32,20 @@ type keeper struct {
 	calls  sync.WaitGroup // the loop and every call in flight
 	wake   chan struct{}  // pokes the loop; never replaced, so poking needs no lock
 
-	mu        sync.Mutex           // guards the fields below and every Held's schedule
-	helds     map[string]*Held     // the live Held of each key (R16)
-	queues    map[string][]*waiter // each key's waiters, first come, first served
-	spent     map[string]Grant     // the last grant a Held of the key had, while the store may hold it still
-	settling  map[string]int       // writes in flight that give a key's grant up
-	dues      *schedule[*Held]     // Helds by next renewal
-	deadlines *schedule[*Held]     // Helds by deadline
-	looks     *schedule[*waiter]   // the first waiter of each free key, by next look
-	renewing  int                  // renewal calls in flight
-	looking   bool                 // a look call is in flight
-	running   bool                 // the loop goroutine is running
-	stopped   bool                 // the store closed: no more Helds or waits
-	users     int                  // callers between keeperFor and unuse (foreign keepers)
+	mu         sync.Mutex           // guards the fields below and every Held's schedule
+	helds      map[string]*Held     // the live Held of each key (R16)
+	queues     map[string][]*waiter // each key's waiters, first come, first served
+	spent      map[string]Grant     // the last grant a Held of the key had, while the store may hold it still
+	settling   map[string]int       // writes in flight that give a key's grant up
+	dues       *schedule[*Held]     // Helds by next renewal
+	deadlines  *schedule[*Held]     // Helds by deadline
+	looks      *schedule[*waiter]   // the first waiter of each free key, by next look
+	renewing   int                  // renewal calls in flight
+	lookPerKey time.Duration        // time per key of recent looks (sizes the next)
+	looking    bool                 // a look call is in flight
+	running    bool                 // the loop goroutine is running
+	stopped    bool                 // the store closed: no more Helds or waits
+	users      int                  // callers between keeperFor and unuse (foreign keepers)
 
 	wokenMu sync.Mutex
 	woken   []*waiter // waiters whose store told of a release, for the loop to look at

@@ -192,10 +192,7 @@ func (k *keeper) startLookLocked(now time.Time) {
 	if !ok || now.Before(w.due) {
 		return
 	}
-	limit := maxBatch
-	if _, ok := k.s.(batchStore); !ok {
-		limit = unbatchedCalls
-	}
+	limit := k.lookLimitLocked()
 	var batch []*waiter
 	for len(batch) < limit {
 		w, ok := k.looks.first()
@@ -209,6 +206,23 @@ func (k *keeper) startLookLocked(now time.Time) {
 	k.looking = true
 	k.calls.Add(1)
 	go k.look(batch)
+}
+
+// lookLimitLocked is how many keys the next look may take: few enough
+// that, at the time per key the last looks took, the look holds the store
+// (SQLite's one writer, a busy server) for at most a quarter of the
+// shortest renewal interval, so that a start-up's looks never delay a
+// renewal past its due time by much; at most maxBatch.
+func (k *keeper) lookLimitLocked() int {
+	if _, ok := k.s.(batchStore); !ok {
+		return unbatchedCalls
+	}
+	h, held := k.dues.first()
+	if !held || k.lookPerKey <= 0 {
+		return maxBatch
+	}
+	budget := min(time.Second, h.renew/4)
+	return max(unbatchedCalls, min(maxBatch, int(budget/k.lookPerKey)))
 }
 
 // acquireAll acquires keys through s: in batches when s can, else a few
@@ -243,8 +257,10 @@ func (k *keeper) look(batch []*waiter) {
 	}
 	cancel()
 
+	took := time.Since(start)
 	k.mu.Lock()
 	k.looking = false
+	k.lookPerKey = (k.lookPerKey + took/time.Duration(len(batch))) / 2
 	var watch []*waiter
 	for i, w := range batch {
 		w.looking = false

@@ -124,6 +124,32 @@ func (ks *keeperSlot) giveUp(gs ...Grant) {
 	}
 }
 
+// lost ends the live Held of g, if it has one, because the store found g
+// lost by itself (the local store's lock file replaced, watchHeld). The
+// cause must match ErrLost.
+func (ks *keeperSlot) lost(g Grant, cause error) {
+	k := ks.current()
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if h := k.helds[g.Key]; h != nil {
+		if hg := h.Grant(); hg.Epoch == g.Epoch && hg.Owner == g.Owner {
+			k.endLocked(h, cause, true)
+		}
+	}
+}
+
+// heldWatcher is a store that can tell at once when a grant it holds is
+// lost behind its back (the local store, when a lock file is replaced):
+// watchHeld is called, with k.mu held, when the Held of g is made, and
+// the store ends it through keeperSlot.lost. It must not wait for the
+// keeper.
+type heldWatcher interface {
+	watchHeld(g Grant)
+}
+
 // releasedCause is why a Held ends when its grant is given up.
 func releasedCause(g Grant) error {
 	return fmt.Errorf("%w: %q epoch %d was released", ErrLost, g.Key, g.Epoch)
@@ -215,6 +241,9 @@ func (k *keeper) newHeldLocked(w *waiter, g Grant, start time.Time, renew, margi
 	k.helds[g.Key] = h
 	if sp, ok := k.spent[g.Key]; ok && sp.Epoch < g.Epoch {
 		delete(k.spent, g.Key)
+	}
+	if hw, ok := k.s.(heldWatcher); ok {
+		hw.watchHeld(g) // before h is handed out: a loss from now on ends it
 	}
 	if !g.ExpiresAt.IsZero() {
 		k.scheduleLocked(h, g, start)

@@ -26,7 +26,10 @@ import (
 // Each key has one lock file under the root, named by the SHA-256 of the
 // key; the file is locked while the key is held and also holds the key's
 // record (see localrecord.go). Lock files are created whole (never empty)
-// and are never deleted, renamed or replaced. Every LocalStore is one
+// and are never deleted, renamed or replaced by the store. If someone else
+// does, the key's grant is lost: on Linux the Held of a grant ends at once
+// (watchHeld); elsewhere its next Renew, Confirm or Release says ErrLost.
+// Every LocalStore is one
 // owner: two stores on one root, in one process or in two, contend as
 // separate processes do.
 //
@@ -49,6 +52,9 @@ type LocalStore struct {
 	spare   map[string]*os.File   // a watched key's descriptor, kept between tries
 	done    bool                  // Close has begun
 
+	losses        lossQueue // Helds whose lock file the watch found replaced (watchHeld)
+	unwatchedOnce sync.Once // warns once that Helds cannot be watched
+
 	lockDevOnce sync.Once
 	lockDev     devMap // how /proc/locks names the root's device (Linux)
 
@@ -59,11 +65,12 @@ var _ Store = (*LocalStore)(nil)
 
 // localLock is a key whose flock this instance holds.
 type localLock struct {
-	f     *os.File  // the one descriptor: it holds the flock and reads and writes the record
-	id    fileID    // the inode f is open on
-	seq   uint64    // write number of the newest record in the file
-	grant Grant     // the grant the record names; zero until acquired
-	done  sync.Once // gives the flock up once, whoever gets there first
+	f     *os.File   // the one descriptor: it holds the flock and reads and writes the record
+	id    fileID     // the inode f is open on
+	seq   uint64     // write number of the newest record in the file
+	grant Grant      // the grant the record names; zero until acquired
+	watch *heldEntry // its watchHeld, while a Held has the grant; guarded by LocalStore.mu
+	done  sync.Once  // gives the flock up once, whoever gets there first
 }
 
 // Bounds on how long a loser of a race waits for the winner's record to
@@ -96,14 +103,16 @@ func NewLocalStore(root string, opts ...Option) (*LocalStore, error) {
 	if err := prepareRoot(root); err != nil {
 		return nil, err
 	}
-	return &LocalStore{
+	s := &LocalStore{
 		root:    root,
 		cfg:     cfg,
 		closed:  make(chan struct{}),
 		held:    make(map[string]*localLock),
 		watched: make(map[string]int),
 		spare:   make(map[string]*os.File),
-	}, nil
+	}
+	s.losses.settle = s.settleLoss
+	return s, nil
 }
 
 // prepareRoot makes sure root is a directory this process can create files
@@ -440,7 +449,7 @@ func (s *LocalStore) ReleaseAll(ctx context.Context) error {
 
 // Close gives up every flock this instance holds without writing, as a
 // crash would: the next holder of each key sees PreviousUnclean. It ends
-// the release watch. Later calls fail with ErrClosed. Close is idempotent.
+// the store's watch. Later calls fail with ErrClosed. Close is idempotent.
 func (s *LocalStore) Close() error {
 	s.holds.close() // every Held ends before its flock is dropped (R15, R17)
 	s.mu.Lock()
@@ -463,6 +472,7 @@ func (s *LocalStore) Close() error {
 	if w != nil {
 		w.stop()
 	}
+	s.losses.close() // after the watch: nothing adds losses any more
 	return errors.Join(errs...)
 }
 
@@ -555,12 +565,14 @@ func (s *LocalStore) storageErr(op, key string, err error) error {
 	return &StorageError{Op: op, Key: key, Err: err}
 }
 
-// drop removes key's entry if it is still h and gives up h's flock.
+// drop removes key's entry if it is still h, stops watching its lock
+// file and gives up h's flock.
 func (s *LocalStore) drop(key string, h *localLock) {
 	s.mu.Lock()
 	if s.held[key] == h {
 		delete(s.held, key)
 	}
+	s.unwatchHeldLocked(key, h)
 	s.mu.Unlock()
 	if err := s.unlock(h); err != nil {
 		s.cfg.logger.Warn("lease: giving up a flock failed", "key", key, "err", err)

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,7 +23,8 @@ import (
 // without a change of holder, except a refused Acquire. So that a waiter's
 // own refused tries do not wake it (and every other waiter) in an endless
 // loop, a try on a watched key keeps its descriptor open for the next try
-// instead of closing it (takeSpare, keepSpare).
+// instead of closing it (takeSpare, keepSpare). A lock file created,
+// deleted or moved also wakes its waiters: a file replaced is a free one.
 func (s *LocalStore) watchRelease(key string, wake func()) (stop func(), err error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
@@ -102,5 +104,147 @@ func (s *LocalStore) keepSpare(key string, f *os.File) {
 	s.mu.Unlock()
 	if !keep {
 		f.Close()
+	}
+}
+
+// watchHeld watches the lock file of g while this store holds g's flock,
+// so that the Held of g ends at once when the file is deleted, moved away
+// or replaced behind the store's back, or the root goes away: another
+// store would otherwise lock the new file at the path and hold the key at
+// the same time. The keeper calls it when it makes the Held of g, with
+// its mu held, before the Held is handed out; so it neither waits for the
+// keeper nor for the watch's reader. The watch starts with the first
+// watched key and stops when the store gives up the last flock it watches
+// (unwatchHeldLocked) or closes: one inotify instance per store, whatever
+// the number of keys.
+//
+// Where the store cannot watch (not Linux, or no inotify instance left),
+// nothing ends the Held at once: the next Renew, Confirm or Release of g
+// finds the file replaced (confirm, stillLinked) and reports ErrLost.
+func (s *LocalStore) watchHeld(g Grant) {
+	if !watchSupported {
+		return
+	}
+	s.mu.Lock()
+	h := s.held[g.Key]
+	if s.done || h == nil || h.watch != nil || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch {
+		s.mu.Unlock()
+		return // given up already, or watched
+	}
+	if s.watch == nil {
+		w, err := startWatch(s.root)
+		if err != nil {
+			s.mu.Unlock()
+			s.unwatchedOnce.Do(func() {
+				s.cfg.logger.Warn("lease: cannot watch lock files; a Held whose lock file is replaced ends at its next Confirm or Release",
+					"root", s.root, "err", err)
+			})
+			return
+		}
+		s.watch = w
+	}
+	check := func() {
+		if !s.stillLinked(g.Key, h) {
+			s.losses.add(heldLoss{g: g, h: h})
+		}
+	}
+	h.watch = s.watch.addHeld(lockName(g.Key), check)
+	s.mu.Unlock()
+	check() // the file may have gone before the watch began
+}
+
+// unwatchHeldLocked ends h's watchHeld, and the watch once nothing is
+// left to watch. s.mu must be held; the watch's reader never takes it.
+func (s *LocalStore) unwatchHeldLocked(key string, h *localLock) {
+	w := s.watch
+	if h.watch == nil || w == nil { // not watched, or Close ended the watch
+		return
+	}
+	empty := w.removeHeld(lockName(key), h.watch)
+	h.watch = nil
+	if empty {
+		s.watch = nil
+		w.stop()
+	}
+}
+
+// heldLoss is a held flock whose lock file the watch found replaced.
+type heldLoss struct {
+	g Grant
+	h *localLock
+}
+
+// lossQueue hands the losses the watch finds to one goroutine, which ends
+// their Helds and gives up their flocks: the watch's reader must never
+// wait for the keeper or for a key, since both may be waiting for it. The
+// goroutine runs only while there are losses to settle.
+type lossQueue struct {
+	mu      sync.Mutex
+	pending []heldLoss
+	running bool
+	closed  bool // the store closed: Close settles nothing more
+	calls   sync.WaitGroup
+	settle  func(heldLoss)
+}
+
+// add queues l, and starts the goroutine if it is not running. It never
+// blocks for long.
+func (q *lossQueue) add(l heldLoss) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	q.pending = append(q.pending, l)
+	if !q.running {
+		q.running = true
+		q.calls.Add(1)
+		go q.run()
+	}
+}
+
+// run settles the queued losses, in order, until none is left.
+func (q *lossQueue) run() {
+	defer q.calls.Done()
+	for {
+		q.mu.Lock()
+		batch := q.pending
+		q.pending = nil
+		if len(batch) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		for _, l := range batch {
+			q.settle(l)
+		}
+	}
+}
+
+// close takes no more losses and waits for the goroutine to return.
+func (q *lossQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.pending = nil
+	q.mu.Unlock()
+	q.calls.Wait()
+}
+
+// settleLoss ends the Held of a grant whose lock file was replaced, then
+// gives up its flock (R17: the Held ends first). A call in flight on the
+// key keeps the flock for now: it, or the next call, finds the path
+// replaced itself (stillLinked) and gives it up.
+func (s *LocalStore) settleLoss(l heldLoss) {
+	key := l.g.Key
+	s.holds.lost(l.g, fmt.Errorf("%w: %q epoch %d: its lock file %s was deleted, moved or replaced",
+		ErrLost, key, l.g.Epoch, s.lockPath(key)))
+	unlock, ok := s.locks.tryLock(key)
+	if !ok {
+		return
+	}
+	defer unlock()
+	if s.heldLock(key) == l.h {
+		s.drop(key, l.h)
 	}
 }

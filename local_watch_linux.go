@@ -17,14 +17,19 @@ import (
 // a waiter woken at once may still find the flock taken.
 const localRewake = 5 * time.Millisecond
 
-// localWatch is a store's inotify instance on its root, and the waiters it
-// wakes. One goroutine reads its events until stop.
+// watchSupported tells that the store can watch its root here.
+const watchSupported = true
+
+// localWatch is a store's inotify instance on its root: the waiters it
+// wakes, and the lock files of the Helds it checks. One goroutine reads its
+// events until stop.
 type localWatch struct {
 	f    *os.File      // the inotify descriptor, in the runtime's poller
 	done chan struct{} // closed when the reader has returned
 
 	mu      sync.Mutex
 	byName  map[string]map[*watchEntry]struct{} // lock file name → its waiters
+	held    map[string]*heldEntry               // lock file name → the held flock to check
 	rewake  map[string]*time.Timer              // the second wake per name
 	stopped bool
 }
@@ -32,8 +37,27 @@ type localWatch struct {
 // watchEntry is one watchRelease call.
 type watchEntry struct{ wake func() }
 
-// startWatch watches root for lock files closed after being open for
-// writing, and starts the goroutine that reads the events.
+// heldEntry is one watchHeld call: check looks whether the lock file's
+// name still names the locked file. It never blocks.
+type heldEntry struct{ check func() }
+
+// watchMask is what the store's watch asks of the kernel about its root:
+// lock files closed after being open for writing (a holder released or
+// died), names created, deleted or moved in or out (a lock file replaced
+// behind its holder's back), and the root itself deleted or moved.
+const watchMask = unix.IN_CLOSE_WRITE | unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM |
+	unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
+
+// nameChanged are the events after which a name may no longer name the
+// file it named.
+const nameChanged = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO
+
+// rootChanged are the events after which no name under the root can be
+// trusted: the root went away or moved, the watch ended, or events were lost.
+const rootChanged = unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_IGNORED | unix.IN_Q_OVERFLOW
+
+// startWatch watches root (watchMask), and starts the goroutine that reads
+// the events.
 func startWatch(root string) (*localWatch, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err == unix.EMFILE {
@@ -43,7 +67,7 @@ func startWatch(root string) (*localWatch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: watching %s: %w", root, os.NewSyscallError("inotify_init1", err))
 	}
-	if _, err := unix.InotifyAddWatch(fd, root, unix.IN_CLOSE_WRITE|unix.IN_ONLYDIR); err != nil {
+	if _, err := unix.InotifyAddWatch(fd, root, watchMask); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("lease: watching %s: %w", root, os.NewSyscallError("inotify_add_watch", err))
 	}
@@ -51,6 +75,7 @@ func startWatch(root string) (*localWatch, error) {
 		f:      os.NewFile(uintptr(fd), "inotify:"+root),
 		done:   make(chan struct{}),
 		byName: make(map[string]map[*watchEntry]struct{}),
+		held:   make(map[string]*heldEntry),
 		rewake: make(map[string]*time.Timer),
 	}
 	go w.read()
@@ -69,7 +94,27 @@ func (w *localWatch) add(name string, wake func()) *watchEntry {
 	return e
 }
 
-// remove drops e; empty reports whether no waiter is left at all.
+// addHeld registers check for the lock file called name, whose flock the
+// store holds: one per name.
+func (w *localWatch) addHeld(name string, check func()) *heldEntry {
+	e := &heldEntry{check: check}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held[name] = e
+	return e
+}
+
+// removeHeld drops e; empty reports whether nothing is left to watch.
+func (w *localWatch) removeHeld(name string, e *heldEntry) (empty bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held[name] == e {
+		delete(w.held, name)
+	}
+	return len(w.byName) == 0 && len(w.held) == 0
+}
+
+// remove drops e; empty reports whether nothing is left to watch.
 func (w *localWatch) remove(name string, e *watchEntry) (empty bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -81,7 +126,7 @@ func (w *localWatch) remove(name string, e *watchEntry) (empty bool) {
 			delete(w.rewake, name)
 		}
 	}
-	return len(w.byName) == 0
+	return len(w.byName) == 0 && len(w.held) == 0
 }
 
 // stop ends the reader and closes the inotify descriptor.
@@ -100,8 +145,11 @@ func (w *localWatch) stop() {
 // cookie, len, each 32 bits in the machine's byte order.
 const inotifyEventLen = 16
 
-// read wakes the waiters of every lock file named by an event. A lost
-// event (queue overflow) or a lost watch (root removed) wakes everyone.
+// read wakes the waiters of every lock file named by an event, and checks
+// the held lock file of a name created, deleted or moved. A change of the
+// root, a lost watch or lost events (queue overflow) check every held
+// lock file and wake everyone. Each event costs a map look-up, and a check
+// (one statx) only for a held name.
 func (w *localWatch) read() {
 	defer close(w.done)
 	buf := make([]byte, 64*(inotifyEventLen+unix.NAME_MAX+1))
@@ -118,12 +166,52 @@ func (w *localWatch) read() {
 			}
 			name := string(bytes.TrimRight(ev[inotifyEventLen:inotifyEventLen+nameLen], "\x00"))
 			ev = ev[inotifyEventLen+nameLen:]
-			if mask&(unix.IN_Q_OVERFLOW|unix.IN_IGNORED) != 0 {
+			switch {
+			case mask&rootChanged != 0:
+				w.checkAllHeld()
 				w.wakeAll()
-			} else if name != "" {
+			case name != "":
+				if mask&nameChanged != 0 {
+					w.checkHeld(name)
+				}
 				w.wakeName(name, true)
 			}
 		}
+	}
+}
+
+// checkHeld checks the held lock file called name, if there is one.
+func (w *localWatch) checkHeld(name string) {
+	if mutant == mutantHeldUnwatched {
+		return // leave a Held live when its lock file was replaced
+	}
+	w.mu.Lock()
+	e := w.held[name]
+	if w.stopped {
+		e = nil
+	}
+	w.mu.Unlock()
+	if e != nil {
+		e.check()
+	}
+}
+
+// checkAllHeld checks every held lock file.
+func (w *localWatch) checkAllHeld() {
+	if mutant == mutantHeldUnwatched {
+		return
+	}
+	w.mu.Lock()
+	checks := make([]func(), 0, len(w.held))
+	for _, e := range w.held {
+		checks = append(checks, e.check)
+	}
+	if w.stopped {
+		checks = nil
+	}
+	w.mu.Unlock()
+	for _, check := range checks {
+		check()
 	}
 }
 

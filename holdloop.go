@@ -327,7 +327,13 @@ func (k *keeper) giveUpGrants(gs []Grant) {
 		if h := k.helds[g.Key]; h != nil {
 			if hg := h.Grant(); hg.Epoch == g.Epoch && hg.Owner == g.Owner {
 				k.endLocked(h, releasedCause(g), false)
+				continue
 			}
+		}
+		// A look in flight may have taken g for a waiter: it must not
+		// hand g on once g is being given up.
+		if sp, ok := k.spent[g.Key]; !ok || sp.Epoch < g.Epoch {
+			k.spent[g.Key] = g
 		}
 	}
 }

@@ -176,7 +176,9 @@ func Hold(ctx context.Context, s Store, key string, opts ...HoldOption) (*Held, 
 	start := time.Now()
 	g, err := s.Acquire(ctx, key)
 	if err != nil && !cfg.failIfHeld && retryable(err) {
+		since := k.observeWaitStart(key)
 		g, start, err = k.wait(ctx, key, err)
+		k.observeWaitEnd(key, since, g, err)
 	}
 	if err != nil {
 		return nil, err

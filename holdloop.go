@@ -348,6 +348,7 @@ func (k *keeper) expireLocked(now time.Time) {
 			}
 			k.removeLocked(h)
 			h.lose(cause)
+			k.observeLost(g, LossDeadline)
 		}
 	}
 }

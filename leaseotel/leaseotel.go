@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasekit/lease"
@@ -136,19 +137,22 @@ type observer struct {
 	storageDuration metric.Float64Histogram
 	tracer          trace.Tracer // nil: no spans
 
-	kinds sync.Map // store kind → *kindOptions
+	last  atomic.Pointer[kindOptions] // the kind seen last: most programs have one
+	kinds sync.Map                    // store kind → *kindOptions
 }
 
-// kindOptions are the attribute sets of one store kind, made once, so
-// that recording an event allocates nothing.
+// kindOptions are the attribute sets of one store kind, made once and
+// kept as the option slices the instruments take, so that recording an
+// event allocates nothing.
 type kindOptions struct {
-	base     metric.MeasurementOption
-	takeover [2]metric.MeasurementOption // by lease.takeover
-	release  [2]metric.MeasurementOption // by lease.release.all
-	loss     map[lease.LossCause]metric.MeasurementOption
-	wait     [2]metric.MeasurementOption // acquired, gave_up
-	ops      map[string]metric.MeasurementOption
+	name     string
 	kind     attribute.KeyValue
+	base     []metric.AddOption
+	takeover [2][]metric.AddOption // by lease.takeover
+	release  [2][]metric.AddOption // by lease.release.all
+	loss     map[lease.LossCause][]metric.AddOption
+	wait     [2][]metric.RecordOption // acquired, gave_up
+	ops      map[string][]metric.RecordOption
 }
 
 var (
@@ -159,33 +163,41 @@ var (
 
 func newKindOptions(kind string) *kindOptions {
 	kv := AttrStoreKind.String(kind)
-	with := func(extra ...attribute.KeyValue) metric.MeasurementOption {
+	set := func(extra ...attribute.KeyValue) metric.MeasurementOption {
 		return metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{kv}, extra...)...))
 	}
+	add := func(extra ...attribute.KeyValue) []metric.AddOption { return []metric.AddOption{set(extra...)} }
+	rec := func(extra ...attribute.KeyValue) []metric.RecordOption { return []metric.RecordOption{set(extra...)} }
 	k := &kindOptions{
+		name:     kind,
 		kind:     kv,
-		base:     with(),
-		takeover: [2]metric.MeasurementOption{with(AttrTakeover.Bool(false)), with(AttrTakeover.Bool(true))},
-		release:  [2]metric.MeasurementOption{with(AttrReleaseAll.Bool(false)), with(AttrReleaseAll.Bool(true))},
-		wait:     [2]metric.MeasurementOption{with(AttrWaitOutcome.String("acquired")), with(AttrWaitOutcome.String("gave_up"))},
-		loss:     make(map[lease.LossCause]metric.MeasurementOption),
-		ops:      make(map[string]metric.MeasurementOption),
+		base:     add(),
+		takeover: [2][]metric.AddOption{add(AttrTakeover.Bool(false)), add(AttrTakeover.Bool(true))},
+		release:  [2][]metric.AddOption{add(AttrReleaseAll.Bool(false)), add(AttrReleaseAll.Bool(true))},
+		wait:     [2][]metric.RecordOption{rec(AttrWaitOutcome.String("acquired")), rec(AttrWaitOutcome.String("gave_up"))},
+		loss:     make(map[lease.LossCause][]metric.AddOption),
+		ops:      make(map[string][]metric.RecordOption),
 	}
 	for _, c := range lossCauses {
-		k.loss[c] = with(AttrLossCause.String(c.String()))
+		k.loss[c] = add(AttrLossCause.String(c.String()))
 	}
 	for _, op := range storageOps {
-		k.ops[op] = with(AttrStorageOp.String(op))
+		k.ops[op] = rec(AttrStorageOp.String(op))
 	}
 	return k
 }
 
 func (o *observer) options(kind string) *kindOptions {
-	if k, ok := o.kinds.Load(kind); ok {
-		return k.(*kindOptions)
+	if k := o.last.Load(); k != nil && k.name == kind {
+		return k
 	}
-	k, _ := o.kinds.LoadOrStore(kind, newKindOptions(kind))
-	return k.(*kindOptions)
+	v, ok := o.kinds.Load(kind)
+	if !ok {
+		v, _ = o.kinds.LoadOrStore(kind, newKindOptions(kind))
+	}
+	k := v.(*kindOptions)
+	o.last.Store(k)
+	return k
 }
 
 func b2i(b bool) int {
@@ -201,44 +213,46 @@ func (o *observer) Observe(e lease.Event) {
 	k := o.options(e.Store)
 	switch e.Kind {
 	case lease.EventAcquired:
-		o.held.Add(ctx, 1, k.base)
-		o.acquisitions.Add(ctx, 1, k.takeover[b2i(e.PreviousUnclean)])
+		o.held.Add(ctx, 1, k.base...)
+		o.acquisitions.Add(ctx, 1, k.takeover[b2i(e.PreviousUnclean)]...)
 	case lease.EventRenewed:
-		o.renewals.Add(ctx, 1, k.base)
+		o.renewals.Add(ctx, 1, k.base...)
 	case lease.EventRenewFailed:
 		o.renewalFailures.Add(ctx, 1, metric.WithAttributes(k.kind, AttrErrorType.String(e.ErrorClass())))
 	case lease.EventLost:
-		o.held.Add(ctx, -1, k.base)
-		o.losses.Add(ctx, 1, k.lossOption(e.Cause))
+		o.held.Add(ctx, -1, k.base...)
+		o.losses.Add(ctx, 1, k.lossOptions(e.Cause)...)
 	case lease.EventReleased:
-		o.held.Add(ctx, -1, k.base)
-		o.releases.Add(ctx, 1, k.release[b2i(e.All)])
+		o.held.Add(ctx, -1, k.base...)
+		o.releases.Add(ctx, 1, k.release[b2i(e.All)]...)
 	case lease.EventWaitDone, lease.EventWaitGaveUp:
-		o.waitDuration.Record(ctx, e.Duration.Seconds(), k.wait[b2i(e.Kind == lease.EventWaitGaveUp)])
+		o.waitDuration.Record(ctx, e.Duration.Seconds(), k.wait[b2i(e.Kind == lease.EventWaitGaveUp)]...)
 		o.span("lease.wait", e)
 	case lease.EventStorage:
-		o.storageDuration.Record(ctx, e.Duration.Seconds(), k.storageOption(e))
+		o.storageDuration.Record(ctx, e.Duration.Seconds(), k.storageOptions(e)...)
 		o.span("lease.storage", e)
 	}
 }
 
-func (k *kindOptions) lossOption(c lease.LossCause) metric.MeasurementOption {
-	if opt, ok := k.loss[c]; ok {
-		return opt
+func (k *kindOptions) lossOptions(c lease.LossCause) []metric.AddOption {
+	if opts, ok := k.loss[c]; ok {
+		return opts
 	}
-	return metric.WithAttributes(k.kind, AttrLossCause.String(c.String()))
+	return []metric.AddOption{metric.WithAttributes(k.kind, AttrLossCause.String(c.String()))}
 }
 
-func (k *kindOptions) storageOption(e lease.Event) metric.MeasurementOption {
+// storageOptions are the attributes of a storage call: made anew only for
+// a failed one, which also names its error.type.
+func (k *kindOptions) storageOptions(e lease.Event) []metric.RecordOption {
 	class := e.ErrorClass()
-	if opt, ok := k.ops[e.Op]; ok && class == "" {
-		return opt
+	if opts, ok := k.ops[e.Op]; ok && class == "" {
+		return opts
 	}
 	attrs := []attribute.KeyValue{k.kind, AttrStorageOp.String(e.Op)}
 	if class != "" {
 		attrs = append(attrs, AttrErrorType.String(class))
 	}
-	return metric.WithAttributes(attrs...)
+	return []metric.RecordOption{metric.WithAttributes(attrs...)}
 }
 
 // span records e, which ended now after e.Duration, as a span of its own.

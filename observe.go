@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -449,4 +450,60 @@ func (s *LocalStore) flockUnlock(key string, f *os.File) error {
 	err := flockUnlock(f)
 	s.obs.storage(OpUnlock, key, 1, start, err)
 	return err
+}
+
+// NewSlogObserver returns an Observer that writes each event to l as one
+// record: storage calls, renewals and the start of waits at Debug;
+// acquisitions, releases and waits that got their key at Info; failed
+// renewals, losses and waits given up at Warn. Keys and owners are in
+// every record. It suits a command's --verbose flag and tests; a service
+// that holds many keys wants metrics (leaseotel) rather than a line per
+// renewal.
+func NewSlogObserver(l *slog.Logger) Observer {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return slogObserver{l}
+}
+
+type slogObserver struct{ l *slog.Logger }
+
+func (o slogObserver) Observe(e Event) {
+	level := slog.LevelInfo
+	switch e.Kind {
+	case EventStorage, EventRenewed, EventWaitStarted:
+		level = slog.LevelDebug
+	case EventRenewFailed, EventLost, EventWaitGaveUp:
+		level = slog.LevelWarn
+	}
+	ctx := context.Background()
+	if !o.l.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("store", e.Store), slog.String("owner", e.Owner)}
+	if e.Key != "" {
+		attrs = append(attrs, slog.String("key", e.Key))
+	}
+	if e.Epoch != 0 {
+		attrs = append(attrs, slog.Uint64("epoch", e.Epoch))
+	}
+	switch e.Kind {
+	case EventAcquired:
+		attrs = append(attrs, slog.Bool("takeover", e.PreviousUnclean))
+	case EventReleased:
+		attrs = append(attrs, slog.Bool("all", e.All))
+	case EventLost:
+		attrs = append(attrs, slog.String("cause", e.Cause.String()))
+	case EventRenewed:
+		attrs = append(attrs, slog.Int("batch", e.Batch))
+	case EventStorage:
+		attrs = append(attrs, slog.String("op", e.Op), slog.Int("batch", e.Batch))
+	}
+	if e.Duration != 0 || e.Kind == EventStorage {
+		attrs = append(attrs, slog.Duration("duration", e.Duration))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.String("err", e.Err.Error()))
+	}
+	o.l.LogAttrs(ctx, level, "lease: "+e.Kind.String(), attrs...)
 }

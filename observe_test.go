@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -149,12 +150,11 @@ func TestObserverDocumentStore(t *testing.T) {
 
 	mustAcquire(t, bob, "b")
 	clock.Advance(2 * time.Minute)
-	b := mustAcquire(t, alice, "b")
+	mustAcquire(t, alice, "b")
 	step("acquired b 2 takeover")
 
-	a, err = alice.Renew(ctx, a)
-	if err == nil {
-		t.Fatal("renewed an expired grant")
+	if _, err := alice.Renew(ctx, a); !errors.Is(err, ErrLost) {
+		t.Fatalf("Renew of an expired grant = %v; want ErrLost", err)
 	}
 	step("lost a 1 expired")
 	a = mustAcquire(t, alice, "a")
@@ -190,7 +190,6 @@ func TestObserverDocumentStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("acquired d 1", "lost d 1 closed")
-	_ = b
 	balanced(t, all)
 }
 
@@ -404,4 +403,39 @@ func TestObserveAllocs(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("reporting without an observer allocates %v times; want 0", n)
 	}
+}
+
+// TestSlogObserver: each event is one record at its level, naming the key,
+// and debug records stay out of an info logger.
+func TestSlogObserver(t *testing.T) {
+	var buf strings.Builder
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+		Level:       slog.LevelInfo,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return dropTime(a) },
+	}))
+	clock := newFakeClock()
+	s, err := NewDocumentStore(NewMemoryDriver(), WithOwner("alice"), WithClock(clock.Now), WithObserver(NewSlogObserver(l)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := mustAcquire(t, s, "job")
+	if _, err := s.Renew(t.Context(), g); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	if _, err := s.Renew(t.Context(), g); !errors.Is(err, ErrLost) {
+		t.Fatalf("Renew = %v; want ErrLost", err)
+	}
+	want := "level=INFO msg=\"lease: acquired\" store=memory owner=alice key=job epoch=1 takeover=false\n" +
+		"level=WARN msg=\"lease: lost\" store=memory owner=alice key=job epoch=1 cause=expired\n"
+	if buf.String() != want {
+		t.Errorf("log:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
+
+func dropTime(a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
 }

@@ -223,12 +223,18 @@ func (ob *observer) start() time.Time {
 	return time.Now()
 }
 
+// The helpers the stores call on their hot paths are small enough to be
+// inlined: without an observer, each costs a nil check and no call.
+
 // acquired reports g, once. A grant of the key that g replaces (this
 // store's own grant, which expired, R4d) is reported lost first.
 func (ob *observer) acquired(g Grant) {
-	if ob == nil {
-		return
+	if ob != nil {
+		ob.onAcquired(g)
 	}
+}
+
+func (ob *observer) onAcquired(g Grant) {
 	ob.mu.Lock()
 	old, had := ob.live[g.Key]
 	if had && old == g.Epoch {
@@ -265,8 +271,13 @@ func (ob *observer) lost(g Grant, cause LossCause) {
 // released reports the answer to a release of g: released, or lost when
 // the store found it gone (ErrLost). Other errors leave g held.
 func (ob *observer) released(g Grant, all bool, err error) {
+	if ob != nil {
+		ob.onReleased(g, all, err)
+	}
+}
+
+func (ob *observer) onReleased(g Grant, all bool, err error) {
 	switch {
-	case ob == nil:
 	case err == nil:
 		if ob.end(g) {
 			ob.emit(Event{Kind: EventReleased, Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, All: all})
@@ -279,8 +290,13 @@ func (ob *observer) released(g Grant, all bool, err error) {
 // renewed reports the answer to a renewal of g, one of batch keys renewed
 // in one call.
 func (ob *observer) renewed(g Grant, err error, batch int) {
+	if ob != nil {
+		ob.onRenewed(g, err, batch)
+	}
+}
+
+func (ob *observer) onRenewed(g Grant, err error, batch int) {
 	switch {
-	case ob == nil:
 	case err == nil:
 		ob.emit(Event{Kind: EventRenewed, Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, Batch: batch})
 	case errors.Is(err, ErrLost):
@@ -312,8 +328,12 @@ func (ob *observer) closed() {
 // keys when key is "").
 func (ob *observer) storage(op, key string, batch int, start time.Time, err error) {
 	if ob != nil {
-		ob.emit(Event{Kind: EventStorage, Op: op, Key: key, Batch: batch, Duration: time.Since(start), Err: err})
+		ob.onStorage(op, key, batch, start, err)
 	}
+}
+
+func (ob *observer) onStorage(op, key string, batch int, start time.Time, err error) {
+	ob.emit(Event{Kind: EventStorage, Op: op, Key: key, Batch: batch, Duration: time.Since(start), Err: err})
 }
 
 // expiredLost is lost() for a grant that ran out before it was renewed:
@@ -372,6 +392,10 @@ func (s *DocumentStore) get(ctx context.Context, key string) (Record, uint64, er
 	if s.obs == nil {
 		return s.d.Get(ctx, key)
 	}
+	return s.getObserved(ctx, key)
+}
+
+func (s *DocumentStore) getObserved(ctx context.Context, key string) (Record, uint64, error) {
 	start := time.Now()
 	rec, version, err := s.d.Get(ctx, key)
 	s.obs.storage(OpGet, key, 1, start, err)
@@ -382,6 +406,10 @@ func (s *DocumentStore) put(ctx context.Context, rec Record, pre Precondition) (
 	if s.obs == nil {
 		return s.d.Put(ctx, rec, pre)
 	}
+	return s.putObserved(ctx, rec, pre)
+}
+
+func (s *DocumentStore) putObserved(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
 	start := time.Now()
 	version, err := s.d.Put(ctx, rec, pre)
 	s.obs.storage(OpPut, rec.Key, 1, start, err)

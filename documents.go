@@ -20,6 +20,7 @@ type DocumentStore struct {
 	caps  Capabilities // what d states about itself
 	cfg   config
 	locks keyLocks
+	obs   *observer // nil without WithObserver
 
 	holds keeperSlot    // Hold's loop for this store
 	done  chan struct{} // closed by Close (R15)
@@ -73,6 +74,7 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 		d:       d,
 		caps:    DriverCapabilities(d),
 		cfg:     cfg,
+		obs:     newObserver(cfg.observer, d.Name(), cfg.owner),
 		done:    make(chan struct{}),
 		held:    make(map[string]heldGrant),
 		pending: make(map[string][]pendingWrite),
@@ -93,6 +95,14 @@ func (s *DocumentStore) ttl() time.Duration      { return s.cfg.ttl }
 // Acquire takes key (R4). A loser of a race re-reads and returns a
 // *HeldError naming the winner (R5).
 func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) {
+	g, err := s.acquire(ctx, key)
+	if err == nil {
+		s.obs.acquired(g)
+	}
+	return g, err
+}
+
+func (s *DocumentStore) acquire(ctx context.Context, key string) (Grant, error) {
 	unlock, err := s.begin(ctx, key)
 	if err != nil {
 		return Grant{}, err
@@ -144,6 +154,12 @@ func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) 
 // Renew extends g to now + TTL, keeping its epoch (R6). It costs one
 // conditional write when this instance holds g.
 func (s *DocumentStore) Renew(ctx context.Context, g Grant) (Grant, error) {
+	next, err := s.renew(ctx, g)
+	s.obs.renewed(g, err, 1)
+	return next, err
+}
+
+func (s *DocumentStore) renew(ctx context.Context, g Grant) (Grant, error) {
 	unlock, err := s.begin(ctx, g.Key)
 	if err != nil {
 		return Grant{}, err
@@ -159,7 +175,7 @@ func (s *DocumentStore) Renew(ctx context.Context, g Grant) (Grant, error) {
 			if attempt == 0 {
 				continue // the table may be behind the record (R6): read it
 			}
-			return Grant{}, lost(g.Key, g.Epoch)
+			return Grant{}, lostExpired(g.Key, g.Epoch)
 		}
 		next := h.grant
 		next.ExpiresAt = s.expiry(now)
@@ -178,6 +194,12 @@ func (s *DocumentStore) Renew(ctx context.Context, g Grant) (Grant, error) {
 // conditional write when this instance holds g. If the write fails, the
 // store keeps the grant and the caller may retry.
 func (s *DocumentStore) Release(ctx context.Context, g Grant) error {
+	err := s.release(ctx, g)
+	s.obs.released(g, false, err)
+	return err
+}
+
+func (s *DocumentStore) release(ctx context.Context, g Grant) error {
 	unlock, err := s.begin(ctx, g.Key)
 	if err != nil {
 		return err
@@ -247,7 +269,7 @@ func (s *DocumentStore) Holders(ctx context.Context, prefix string) iter.Seq2[Re
 			return
 		}
 		for after := ""; ; {
-			recs, err := ld.List(ctx, prefix, after, holdersPage)
+			recs, err := s.list(ctx, ld, prefix, after)
 			if err != nil {
 				yield(Record{}, &StorageError{Op: "holders", Key: prefix, Err: err})
 				return
@@ -295,6 +317,7 @@ func (s *DocumentStore) Close() error {
 	s.mu.Unlock()
 	if !already {
 		close(s.done)
+		s.obs.closed()
 	}
 	if already || !s.cfg.ownsDriver {
 		return nil
@@ -327,7 +350,7 @@ func (s *DocumentStore) expiry(now time.Time) time.Time {
 // read gets key's record (nil when none exists), refuses one that does not
 // parse (R10), and settles what the table and any pending write learn from it.
 func (s *DocumentStore) read(ctx context.Context, op, key string) (*Record, uint64, error) {
-	rec, version, err := s.d.Get(ctx, key)
+	rec, version, err := s.get(ctx, key)
 	return s.readResult(op, key, rec, version, err)
 }
 
@@ -474,7 +497,7 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew, 
 		return heldGrant{}, lost(g.Key, g.Epoch)
 	}
 	if renew && expired(rec.ExpiresAt, s.cfg.now()) && mutant != mutantRenewExpired {
-		return heldGrant{}, lost(g.Key, g.Epoch)
+		return heldGrant{}, lostExpired(g.Key, g.Epoch)
 	}
 	g.ExpiresAt = rec.ExpiresAt
 	return heldGrant{grant: g, version: version}, nil
@@ -508,7 +531,7 @@ var errSuperseded = errors.New("lease: write superseded")
 // (R9): then the write is remembered, and the next read of the key settles it.
 func (s *DocumentStore) write(ctx context.Context, op string, g Grant, released bool, pre Precondition) error {
 	p := pendingWrite{want: recordOf(g, released), grant: g, pre: pre}
-	version, err := s.d.Put(ctx, p.want, pre)
+	version, err := s.put(ctx, p.want, pre)
 	if mutant == mutantNoReread && err != nil && !errors.Is(err, ErrConflict) {
 		return &StorageError{Op: op, Key: g.Key, Err: err} // neither remembered nor re-read
 	}

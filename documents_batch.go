@@ -68,6 +68,9 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 	}
 	for j, err := range s.putBatch(ctx, "renew", batch) {
 		i := batch[j].idx
+		if err == nil || !(errors.Is(err, ErrConflict) || errors.Is(err, errSuperseded)) {
+			s.obs.renewed(gs[i], err, len(batch)) // the rest go to Renew, which reports them
+		}
 		switch {
 		case err == nil:
 			out[i].g = batch[j].p.grant
@@ -114,7 +117,7 @@ func (s *DocumentStore) settleUnknown(ctx context.Context, gs []Grant) {
 	if len(keys) == 0 {
 		return
 	}
-	results, err := br.GetMany(ctx, keys)
+	results, err := s.getMany(ctx, br, keys)
 	if err != nil || len(results) != len(keys) {
 		return // each key's Renew re-reads it
 	}
@@ -191,6 +194,11 @@ func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantR
 	for _, i := range single {
 		out[i].g, out[i].err = s.Acquire(ctx, keys[i])
 	}
+	for _, r := range out {
+		if r.err == nil {
+			s.obs.acquired(r.g) // once: a grant Acquire reported is not reported again
+		}
+	}
 	return out
 }
 
@@ -209,7 +217,7 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 	if len(keys) == 0 {
 		return nil
 	}
-	results, err := br.GetMany(ctx, keys)
+	results, err := s.getMany(ctx, br, keys)
 	if err == nil && len(results) != len(keys) {
 		err = fmt.Errorf("driver answered %d of %d reads", len(results), len(keys))
 	}
@@ -267,7 +275,7 @@ func (s *DocumentStore) putBatch(ctx context.Context, op string, batch []batchWr
 	for j, w := range batch {
 		ws[j] = Write{Rec: w.p.want, Pre: w.p.pre}
 	}
-	results, err := bd.PutMany(ctx, ws)
+	results, err := s.putMany(ctx, bd, ws)
 	if err == nil && len(results) != len(ws) {
 		err = fmt.Errorf("driver answered %d of %d writes", len(results), len(ws))
 	}
@@ -304,7 +312,7 @@ func (s *DocumentStore) settleBatch(ctx context.Context, op string, batch []batc
 	for n, j := range unknown {
 		keys[n] = batch[j].p.want.Key
 	}
-	results, err := br.GetMany(ctx, keys)
+	results, err := s.getMany(ctx, br, keys)
 	if err == nil && len(results) != len(keys) {
 		err = fmt.Errorf("driver answered %d of %d reads", len(results), len(keys))
 	}
@@ -362,6 +370,7 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 		g := batch[j].p.grant
 		switch {
 		case err == nil:
+			s.obs.released(g, true, nil)
 		case errors.Is(err, ErrConflict), errors.Is(err, errSuperseded):
 			single = append(single, g) // Release re-reads: the record may still name g (R7)
 		default:
@@ -371,7 +380,9 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 	locks.unlock()
 	locks = nil
 	for _, g := range single {
-		if err := s.Release(ctx, g); err != nil {
+		err := s.release(ctx, g)
+		s.obs.released(g, true, err)
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -365,7 +365,7 @@ func (k *keeper) close() {
 	k.deadlines.clear()
 	for _, ws := range k.queues {
 		for _, w := range ws {
-			w.finishLocked(HoldResult{Key: w.key, Err: ErrClosed})
+			k.answerLocked(w, HoldResult{Key: w.key, Err: ErrClosed})
 		}
 	}
 	clear(k.queues)
@@ -428,6 +428,7 @@ func (k *keeper) expireLocked(now time.Time) {
 			cause = fmt.Errorf("%w; last renewal: %w", cause, quoted{h.renewErr})
 		}
 		k.endLocked(h, cause, true)
+		k.observeLost(g, LossDeadline)
 	}
 }
 

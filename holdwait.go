@@ -12,23 +12,25 @@ import (
 // waiter is one key of a Hold or HoldEach call, waiting for the key. Its
 // fields are guarded by its keeper's mu.
 type waiter struct {
-	key     string
-	cfg     holdConfig
-	ctx     context.Context // the caller's: the Held keeps its values
-	ch      chan<- HoldResult
-	due     time.Time     // next look, when first in its key's queue
-	backoff time.Duration // the wait before the look after next
-	last    error         // the last completed look's error
-	held    error         // the last look that found the key held, if any
-	looked  bool          // at least one look completed
-	looking bool          // a look for it is in flight
-	done    bool          // answered, or gone
-	gone    bool          // its caller stopped waiting
-	watch   func()        // ends the store's release watch, if any
-	watched bool          // the store tells of releases: look rarely otherwise
-	queued  bool          // in the loop's woken list
-	gather  bool          // its first look waits gatherWindow for others to share it
-	started time.Time     // when it began waiting
+	key       string
+	cfg       holdConfig
+	ctx       context.Context // the caller's: the Held keeps its values
+	ch        chan<- HoldResult
+	due       time.Time     // next look, when first in its key's queue
+	backoff   time.Duration // the wait before the look after next
+	last      error         // the last completed look's error
+	held      error         // the last look that found the key held, if any
+	looked    bool          // at least one look completed
+	looking   bool          // a look for it is in flight
+	done      bool          // answered, or gone
+	gone      bool          // its caller stopped waiting
+	watch     func()        // ends the store's release watch, if any
+	watched   bool          // the store tells of releases: look rarely otherwise
+	queued    bool          // in the loop's woken list
+	gather    bool          // its first look waits gatherWindow for others to share it
+	waiting   bool          // a look found the key held or storage failing: it waits
+	waitSince time.Time     // when it began to wait, for the observer
+	started   time.Time     // when it began waiting
 
 	lookSlot int // position in k.looks
 }
@@ -107,11 +109,12 @@ func (k *keeper) promoteLocked(key string, now time.Time) {
 	k.startLocked()
 }
 
-// finishLocked answers w once and takes it out of its key's queue.
-func (w *waiter) finishLocked(r HoldResult) {
+// answerLocked answers w once, and reports the end of its wait.
+func (k *keeper) answerLocked(w *waiter, r HoldResult) {
 	if w.done {
 		return
 	}
+	k.observeWaitEndedLocked(w, r)
 	w.done = true
 	if w.watch != nil {
 		w.watch()
@@ -143,6 +146,11 @@ func (k *keeper) abandon(w *waiter, ctx context.Context) (error, bool) {
 	if w.done {
 		return nil, false
 	}
+	err := &waitError{key: w.key, ctx: ctx.Err(), held: w.held, last: w.last}
+	if err.last == nil {
+		err.last = errors.New("no look completed")
+	}
+	k.observeWaitEndedLocked(w, HoldResult{Key: w.key, Err: err})
 	w.done, w.gone = true, true
 	if w.watch != nil {
 		w.watch()
@@ -152,11 +160,7 @@ func (k *keeper) abandon(w *waiter, ctx context.Context) (error, bool) {
 		k.dequeueLocked(w)
 	}
 	k.poke()
-	last := w.last
-	if last == nil {
-		last = errors.New("no look completed")
-	}
-	return &waitError{key: w.key, ctx: ctx.Err(), held: w.held, last: last}, true
+	return err, true
 }
 
 // takeWokenLocked moves the waiters whose store told of a release to the
@@ -317,9 +321,12 @@ func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time) (watch 
 	if errors.Is(r.err, ErrHeld) {
 		w.held = r.err
 	}
+	if !w.waiting && retryable(r.err) && !w.cfg.failIfHeld {
+		w.waiting, w.waitSince = true, k.observeWaitStart(w.key)
+	}
 	if !retryable(r.err) || w.cfg.failIfHeld {
 		k.dequeueLocked(w)
-		w.finishLocked(HoldResult{Key: w.key, Err: r.err})
+		k.answerLocked(w, HoldResult{Key: w.key, Err: r.err})
 		return false
 	}
 	k.failHeldWaitersLocked(w.key, r.err)
@@ -336,7 +343,7 @@ func (k *keeper) failHeldWaitersLocked(key string, err error) {
 	for _, o := range slices.Clone(k.queues[key][1:]) {
 		if o.cfg.failIfHeld {
 			k.dequeueLocked(o)
-			o.finishLocked(HoldResult{Key: key, Err: err})
+			k.answerLocked(o, HoldResult{Key: key, Err: err})
 		}
 	}
 }
@@ -374,7 +381,7 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time) {
 	case err != nil:
 		k.dequeueLocked(to)
 		k.giveBackLocked(g)
-		to.finishLocked(HoldResult{Key: key, Err: err})
+		k.answerLocked(to, HoldResult{Key: key, Err: err})
 	case !deadline.IsZero() && !time.Now().Before(deadline):
 		// The grant came too late to be worth anything: the key looks
 		// again once it has expired, and gets a new epoch then.
@@ -382,7 +389,7 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time) {
 	default:
 		h := k.newHeldLocked(to, g, start, renew, margin) // first: the next waiter must see the key held
 		k.dequeueLocked(to)
-		to.finishLocked(HoldResult{Key: key, Held: h})
+		k.answerLocked(to, HoldResult{Key: key, Held: h})
 		k.failQueuedLocked(key, h)
 	}
 }
@@ -392,7 +399,7 @@ func (k *keeper) failQueuedLocked(key string, h *Held) {
 	for _, o := range slices.Clone(k.queues[key]) {
 		if o.cfg.failIfHeld && !o.looking {
 			k.dequeueLocked(o)
-			o.finishLocked(HoldResult{Key: key, Err: ownHeldError(h.Grant())})
+			k.answerLocked(o, HoldResult{Key: key, Err: ownHeldError(h.Grant())})
 		}
 	}
 }
@@ -503,6 +510,18 @@ func (k *keeper) watch(w *waiter) {
 		k.looks.set(w)
 		k.poke()
 	}
+}
+
+// observeWaitEndedLocked reports how w's wait ended, if it waited.
+func (k *keeper) observeWaitEndedLocked(w *waiter, r HoldResult) {
+	if !w.waiting || w.done {
+		return
+	}
+	var g Grant
+	if r.Held != nil {
+		g = r.Held.Grant()
+	}
+	k.observeWaitEnd(w.key, w.waitSince, g, r.Err)
 }
 
 // woke is called by the store's watch when w's key may have become free.

@@ -88,7 +88,8 @@ type config struct {
 	now    func() time.Time
 	logger *slog.Logger
 
-	ownsDriver bool // set by Open: Close closes the driver too
+	observer   Observer // WithObserver; nil: none
+	ownsDriver bool     // set by Open: Close closes the driver too
 }
 
 // Option configures a store.

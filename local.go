@@ -41,6 +41,7 @@ import (
 type LocalStore struct {
 	root   string
 	cfg    config
+	obs    *observer  // nil without WithObserver
 	holds  keeperSlot // Hold's loop for this store
 	locks  keyLocks
 	closed chan struct{} // closed when Close begins
@@ -106,6 +107,7 @@ func NewLocalStore(root string, opts ...Option) (*LocalStore, error) {
 	s := &LocalStore{
 		root:    root,
 		cfg:     cfg,
+		obs:     newObserver(cfg.observer, "local", cfg.owner),
 		closed:  make(chan struct{}),
 		held:    make(map[string]*localLock),
 		watched: make(map[string]int),
@@ -185,6 +187,14 @@ func (s *LocalStore) lockPath(key string) string {
 // flock fails at once if another holder has it: the error is a *HeldError
 // naming that holder. A key held by this instance returns the same grant.
 func (s *LocalStore) Acquire(ctx context.Context, key string) (Grant, error) {
+	g, err := s.acquire(ctx, key)
+	if err == nil {
+		s.obs.acquired(g)
+	}
+	return g, err
+}
+
+func (s *LocalStore) acquire(ctx context.Context, key string) (Grant, error) {
 	unlock, err := s.begin(ctx, key)
 	if err != nil {
 		return Grant{}, err
@@ -242,7 +252,7 @@ func (s *LocalStore) reacquire(key string) (Grant, bool, error) {
 	if h == nil {
 		return Grant{}, false, nil
 	}
-	rec, _, err := readRecord(h.f, key)
+	rec, _, err := s.readRecord(h.f, key)
 	if err != nil {
 		return Grant{}, false, s.storageErr("acquire", key, err)
 	}
@@ -262,7 +272,7 @@ const noRace uint64 = math.MaxUint64
 // and this instance does not yet hold a grant on. seen is the epoch on
 // record when an earlier try found the flock taken (noRace if none did).
 func (s *LocalStore) acquireLocked(key string, h *localLock, seen uint64) (Grant, error) {
-	rec, seq, err := readRecord(h.f, key)
+	rec, seq, err := s.readRecord(h.f, key)
 	if err != nil { // R10: give the flock back, write nothing
 		s.giveBack(key, h)
 		return Grant{}, s.storageErr("acquire", key, err)
@@ -317,6 +327,12 @@ func (s *LocalStore) acquireLocked(key string, h *localLock, seen uint64) (Grant
 // record still names g, and returns g unchanged: local grants never expire
 // (R6). Otherwise it fails with ErrLost. It writes nothing.
 func (s *LocalStore) Renew(ctx context.Context, g Grant) (Grant, error) {
+	next, err := s.renew(ctx, g)
+	s.obs.renewed(g, err, 1)
+	return next, err
+}
+
+func (s *LocalStore) renew(ctx context.Context, g Grant) (Grant, error) {
 	unlock, err := s.begin(ctx, g.Key)
 	if err != nil {
 		return Grant{}, err
@@ -334,6 +350,12 @@ func (s *LocalStore) Renew(ctx context.Context, g Grant) (Grant, error) {
 // returns the error, so the caller can retry. A grant this instance does
 // not hold, or whose lock file was replaced, fails with ErrLost.
 func (s *LocalStore) Release(ctx context.Context, g Grant) error {
+	err := s.release(ctx, g)
+	s.obs.released(g, false, err)
+	return err
+}
+
+func (s *LocalStore) release(ctx context.Context, g Grant) error {
 	unlock, err := s.begin(ctx, g.Key)
 	if err != nil {
 		return err
@@ -368,7 +390,7 @@ func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 	}
 	defer unlock()
 	if h := s.heldLock(key); h != nil {
-		rec, _, err := readRecord(h.f, key)
+		rec, _, err := s.readRecord(h.f, key)
 		if err != nil {
 			return Record{}, s.storageErr("holder", key, err)
 		}
@@ -435,7 +457,8 @@ func (s *LocalStore) ReleaseAll(ctx context.Context) error {
 	for range min(localReleaseWorkers, len(grants)) {
 		wg.Go(func() {
 			for i := range next {
-				errs[i] = s.Release(ctx, grants[i])
+				errs[i] = s.release(ctx, grants[i])
+				s.obs.released(grants[i], true, errs[i])
 			}
 		})
 	}
@@ -459,6 +482,7 @@ func (s *LocalStore) Close() error {
 	}
 	s.done = true
 	close(s.closed)
+	s.obs.closed()
 	held, spare, w := s.held, s.spare, s.watch
 	s.held, s.spare, s.watch = map[string]*localLock{}, map[string]*os.File{}, nil
 	s.mu.Unlock()
@@ -523,7 +547,7 @@ func (s *LocalStore) confirm(op string, g Grant) (*localLock, error) {
 	if h == nil || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch {
 		return nil, lost(g.Key, g.Epoch)
 	}
-	rec, seq, err := readRecord(h.f, g.Key)
+	rec, seq, err := s.readRecord(h.f, g.Key)
 	if err != nil {
 		return nil, s.storageErr(op, g.Key, err)
 	}
@@ -544,7 +568,7 @@ func names(rec *Record, g Grant) bool {
 func (s *LocalStore) write(h *localLock, seq uint64, g Grant, released bool) error {
 	s.roundTrips.Add(1)
 	rec := Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, Released: released}
-	if err := writeRecord(h.f, seq, rec); err != nil {
+	if err := s.writeRecord(h.f, seq, rec); err != nil {
 		return err
 	}
 	h.seq = seq
@@ -586,7 +610,7 @@ func (s *LocalStore) drop(key string, h *localLock) {
 func (s *LocalStore) giveBack(key string, h *localLock) {
 	h.done.Do(func() {
 		s.roundTrips.Add(1)
-		if err := flockUnlock(h.f); err != nil {
+		if err := s.flockUnlock(key, h.f); err != nil {
 			h.f.Close()
 			return
 		}
@@ -601,7 +625,7 @@ func (s *LocalStore) unlock(h *localLock) error {
 	var err error
 	h.done.Do(func() {
 		s.roundTrips.Add(1)
-		err = errors.Join(flockUnlock(h.f), h.f.Close())
+		err = errors.Join(s.flockUnlock(h.grant.Key, h.f), h.f.Close())
 	})
 	return err
 }

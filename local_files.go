@@ -36,7 +36,7 @@ func (s *LocalStore) tryLock(key string) (h *localLock, locked bool, err error) 
 		}
 	}
 	s.roundTrips.Add(1)
-	if locked, err = flockTry(f); err != nil || !locked {
+	if locked, err = s.flockTry(key, f); err != nil || !locked {
 		s.keepSpare(key, f)
 		return nil, false, lockFileErr(err)
 	}
@@ -94,7 +94,7 @@ func (s *LocalStore) peek(key string) (*Record, error) {
 		return nil, lockFileErr(err)
 	}
 	defer f.Close()
-	rec, _, err := readRecord(f, key)
+	rec, _, err := s.readRecord(f, key)
 	return rec, err
 }
 

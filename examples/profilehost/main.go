@@ -1,32 +1,75 @@
 // Command profilehost is the shape of a profile host: one store per node,
 // one Hold per profile it serves, Confirm before a destructive step,
-// Holders for an admin page, and ReleaseAll at shutdown so that other
-// nodes take over at once.
+// Holders for an admin page, metrics for the people who get paged, and
+// ReleaseAll at shutdown so that other nodes take over at once.
+//
+// It serves its leases' metrics on /metrics in Prometheus' text format,
+// through OpenTelemetry's Prometheus exporter: the lease library itself
+// depends on the OpenTelemetry API only (leaseotel), and this program,
+// its own module, picks the SDK and the exporter. It runs until
+// interrupted.
+//
+//	go run . -listen 127.0.0.1:9464 -store file:/var/lib/profilehost/leases
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"log"
+	"net"
+	"net/http"
 	"os"
-	"path/filepath"
+	"os/signal"
+	"syscall"
 
 	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/leaseotel"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 func main() {
-	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "profilehost")
-	if err != nil {
+	listen := flag.String("listen", "127.0.0.1:9464", "address to serve /metrics on")
+	storeURL := flag.String("store", "", "store URL (default: a file: store in a temporary directory)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *listen, *storeURL); err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+}
+
+func run(ctx context.Context, listen, storeURL string) error {
+	if storeURL == "" {
+		dir, err := os.MkdirTemp("", "profilehost")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		storeURL = "file:" + dir
+	}
+
+	// Metrics: the OpenTelemetry SDK with the Prometheus exporter as its
+	// reader, and the lease observer on top of it.
+	exporter, err := prometheus.New()
+	if err != nil {
+		return err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	defer mp.Shutdown(context.Background())
+	obs, err := leaseotel.New(mp)
+	if err != nil {
+		return err
+	}
 
 	// One store per node: every lease of the node is renewed by one loop,
 	// in batches.
-	node, err := lease.Open(ctx, "sqlite:"+filepath.Join(dir, "leases.db"), lease.WithOwner("node-a"))
+	node, err := lease.Open(ctx, storeURL, lease.WithOwner("node-a"), lease.WithObserver(obs))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer node.Close()
 
@@ -35,7 +78,7 @@ func main() {
 	for _, id := range []string{"profile:41", "profile:42", "profile:43"} {
 		h, err := lease.Hold(ctx, node, id)
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		if h.Grant().PreviousUnclean {
 			fmt.Println("recovering", id) // the previous host died holding it
@@ -57,9 +100,31 @@ func main() {
 		fmt.Println(rec.Key, rec.Owner, rec.Epoch)
 	}
 
+	// Serve the metrics until interrupted.
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	srv := &http.Server{Handler: mux}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Printf("metrics at http://%s/metrics\n", ln.Addr())
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return err
+	}
+	if err := srv.Shutdown(context.Background()); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Print(err)
+	}
+	ctx = context.Background()
+
 	// Shutdown: hand every lease back in one batch; each Held's context ends.
 	if err := node.ReleaseAll(ctx); err != nil {
 		log.Print(err)
 	}
 	fmt.Println("released:", profiles["profile:41"].Context().Err() != nil)
+	return nil
 }

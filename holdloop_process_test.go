@@ -130,7 +130,7 @@ func waitersBlocked(t *testing.T, s *DocumentStore) {
 }
 
 func manyStore(t *testing.T, path string) (*DocumentStore, *tripCounter) {
-	d, err := OpenSQLite(path)
+	d, err := OpenSQLiteForTest(path)
 	if err != nil {
 		t.Fatal(err)
 	}

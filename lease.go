@@ -26,6 +26,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/leasekit/lease/internal/rules"
 	"iter"
 	"log/slog"
 	"os"
@@ -80,7 +81,7 @@ type Store interface {
 const DefaultTTL = 30 * time.Second
 
 // maxIDLen bounds keys and owners (R1).
-const maxIDLen = 256
+const maxIDLen = rules.MaxIDLen
 
 type config struct {
 	owner  string
@@ -261,13 +262,8 @@ func keyByte(c byte) bool {
 // validateOwner checks R1's rule for owners: 1 to 256 bytes of printable
 // ASCII without spaces.
 func validateOwner(owner string) error {
-	if len(owner) == 0 || len(owner) > maxIDLen {
-		return fmt.Errorf("%w: owner of %d bytes, want 1 to %d", ErrInvalidKey, len(owner), maxIDLen)
-	}
-	for i := 0; i < len(owner); i++ {
-		if c := owner[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("%w: owner %q: byte %#x at %d is not printable ASCII", ErrInvalidKey, owner, c, i)
-		}
+	if err := rules.CheckOwner(owner); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/leasekit/lease"
+	_ "github.com/leasekit/lease/sqlite" // the sqlite: URLs below
 )
 
 func main() {

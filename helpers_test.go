@@ -35,23 +35,3 @@ const testTTL = 10 * time.Second
 type fakeClock = testclock.Clock
 
 func newFakeClock() *fakeClock { return testclock.New() }
-
-// listPaged lists every key under prefix through d, limit records a page,
-// each page starting after the last key of the one before.
-func listPaged(t testing.TB, d ListDriver, prefix string, limit int) []string {
-	t.Helper()
-	var got []string
-	for after := ""; ; {
-		recs, err := d.List(ctxBG, prefix, after, limit)
-		if err != nil {
-			t.Fatalf("List(%q, %q): %v", prefix, after, err)
-		}
-		for _, r := range recs {
-			got = append(got, r.Key)
-		}
-		if len(recs) < limit {
-			return got
-		}
-		after = recs[len(recs)-1].Key
-	}
-}

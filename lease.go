@@ -18,6 +18,28 @@
 // the epoch makes such a late write harmless.
 //
 // All stores are safe for concurrent use by multiple goroutines.
+//
+// # Stores and drivers
+//
+// This package has the local store ([NewLocalStore], "file:" URLs) and the
+// in-memory driver ([NewMemoryDriver], "memory:"), and imports no database
+// library. The database drivers are packages of their own, each importing
+// only its database's client:
+//
+//   - github.com/leasekit/lease/sqlite: "sqlite:" URLs (modernc.org/sqlite)
+//   - github.com/leasekit/lease/mongodb: "mongodb://", "mongodb+srv://" (mongo-driver/v2)
+//   - github.com/leasekit/lease/postgres: "postgres://", "postgresql://" (pgx/v5)
+//
+// Importing one registers its URL schemes with [Open] ([RegisterScheme]).
+// A driver of your own implements [Driver]; package
+// github.com/leasekit/lease/leasetest checks it against the contract.
+//
+// # The contract
+//
+// The documentation cites the rules of the contract by number: R1 (keys
+// and owners) to R17 (a Held ends before its grant is given up). They are
+// written out in docs/contract.md in the repository:
+// https://github.com/leasekit/lease/blob/main/docs/contract.md
 package lease
 
 import (
@@ -26,12 +48,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/leasekit/lease/internal/rules"
 	"iter"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/leasekit/lease/internal/rules"
 )
 
 // Grant is proof of holding a key. Its Epoch is the fencing token.

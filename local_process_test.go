@@ -68,7 +68,7 @@ func TestLocalNotInherited(t *testing.T) {
 }
 
 // A local child is the test binary run again as a plain process for the
-// tests below, which need what the store child of proc_test.go cannot do:
+// tests below, which need what the store child (package childproc) cannot do:
 // open a store only when told (so that many processes open at once), or
 // run with a low descriptor limit. It reads commands on stdin and answers
 // each with one "RESULT ..." line:

@@ -1,5 +1,5 @@
 // Package leasetest is the conformance suite of package lease: the rules of
-// its contract (R1-R15), a rapid model test, and a porcupine linearizability
+// its contract (R1-R17, docs/contract.md), a rapid model test, and a porcupine linearizability
 // check, for any lease.Driver or lease.Store. Every driver and store this
 // module ships passes it; a driver written elsewhere proves itself with it:
 //

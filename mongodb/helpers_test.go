@@ -1,7 +1,6 @@
 package mongodb
 
 import (
-	"context"
 	"testing"
 
 	"github.com/leasekit/lease"
@@ -9,8 +8,6 @@ import (
 	"github.com/leasekit/lease/internal/storechild"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
-
-var ctxBG = context.Background()
 
 // TestStoreChild is the store child's entry point (package childproc);
 // run directly it does nothing.

@@ -1,3 +1,17 @@
+// Package mongodb is the MongoDB document driver of package lease: one
+// document per key in a collection, for processes on many hosts
+// (go.mongodb.org/mongo-driver/v2). It imports no other database library.
+//
+// Importing it registers the "mongodb://" and "mongodb+srv://" schemes with
+// lease.Open:
+//
+//	import _ "github.com/leasekit/lease/mongodb"
+//
+//	s, err := lease.Open(ctx, "mongodb://db1,db2,db3/app?replicaSet=rs0&collection=leases")
+//
+// NewDriver makes a driver on a collection of a client you already have.
+// Details: docs/mongodb.md in the repository. The rules it keeps (R1–R17):
+// docs/contract.md.
 package mongodb
 
 import (
@@ -107,16 +121,6 @@ func newMongoDriver(ctx context.Context, coll *mongo.Collection, opts []Option) 
 		d.chunk = ferretBatchChunk
 	}
 	return d, nil
-}
-
-// checkMongoServer refuses a server whose buildInfo names FerretDB unless
-// allowUnsafe: see errFerretDB.
-func checkMongoServer(ctx context.Context, db *mongo.Database, allowUnsafe bool) error {
-	ferret, err := mongoServerIsFerretDB(ctx, db)
-	if err == nil && ferret && !allowUnsafe {
-		err = errFerretDB
-	}
-	return err
 }
 
 // mongoServerIsFerretDB asks the server for buildInfo and reports whether

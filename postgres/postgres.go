@@ -1,3 +1,17 @@
+// Package postgres is the PostgreSQL document driver of package lease: one
+// row per key in a table, for processes on many hosts
+// (github.com/jackc/pgx/v5). It imports no other database library.
+//
+// Importing it registers the "postgres://" and "postgresql://" schemes
+// with lease.Open:
+//
+//	import _ "github.com/leasekit/lease/postgres"
+//
+//	s, err := lease.Open(ctx, "postgres://app@db1,db2/app?target_session_attrs=read-write&table=leases")
+//
+// Open returns a driver that owns its pool; NewDriver makes one on a pool
+// you already have. Durability checks and failover: docs/postgres.md in the
+// repository. The rules it keeps (R1–R17): docs/contract.md.
 package postgres
 
 import (

@@ -1,3 +1,17 @@
+// Package sqlite is the SQLite document driver of package lease: one
+// table in one file, shared by every process of a host (modernc.org/sqlite,
+// pure Go, no cgo). It imports no other database library.
+//
+// Importing it registers the "sqlite:" scheme with lease.Open:
+//
+//	import _ "github.com/leasekit/lease/sqlite"
+//
+//	s, err := lease.Open(ctx, "sqlite:/var/lib/app/leases.db")
+//
+// Open returns the driver itself, for a store built with
+// lease.NewDocumentStore. The layout, durability and what it refuses:
+// docs/sqlite.md in the repository. The rules it keeps (R1–R17):
+// docs/contract.md.
 package sqlite
 
 import (

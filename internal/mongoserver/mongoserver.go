@@ -207,7 +207,7 @@ func runFerretDB(bin string) (string, error) {
 	if err := cmd.Start(); err != nil {
 		return "", err
 	}
-	ferretStdin = stdin // kept open (and referenced) for the life of the process
+	ferretStdins = append(ferretStdins, stdin) // kept open (and referenced) for the life of the process
 	lines := bufio.NewScanner(stdout)
 	if !lines.Scan() {
 		cmd.Wait()
@@ -222,7 +222,9 @@ func runFerretDB(bin string) (string, error) {
 	return addr, nil
 }
 
-var ferretStdin io.WriteCloser
+// ferretStdins keeps the launchers' stdin pipes referenced, so that no
+// finalizer closes them: a launcher exits when its pipe closes.
+var ferretStdins []io.WriteCloser
 
 type lockedWriter struct {
 	mu sync.Mutex

@@ -134,7 +134,7 @@ var (
 )
 
 // SharedDB is one pool on the shared server for the whole test
-// binary; drivers from NewPostgresDriver share it and never close it.
+// binary; drivers from postgres.NewDriver share it and never close it.
 func SharedDB(t T) *sql.DB {
 	t.Helper()
 	u := SharedURL(t)

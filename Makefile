@@ -2,7 +2,9 @@ GO ?= go
 
 .PHONY: test vet bench model mutants tidy-check fuzz
 
-# test: what CI runs (.ci/run). Vet and format first, then every test under -race.
+# test: what CI runs (.ci/run). Vet and format first, then every test under
+# -race; ./internal/depcheck among them checks that package lease links no
+# database library and each driver package only its own.
 test: vet mutants
 	$(GO) test -race -count=1 -shuffle=on ./...
 
@@ -35,16 +37,17 @@ mutants:
 tidy-check:
 	$(GO) mod tidy && git diff --exit-code go.mod go.sum
 
-# fuzz: each native fuzz target for FUZZTIME; its seed corpus in
-# testdata/fuzz/<name>/ runs in every `go test`. A target that does not
-# exist fails the run, so that the list cannot silently go stale.
+# fuzz: each native fuzz target (PACKAGE:TARGET) for FUZZTIME; its seed
+# corpus in PACKAGE/testdata/fuzz/<name>/ runs in every `go test`. A
+# target that does not exist fails the run, so that the list cannot
+# silently go stale.
 FUZZTIME ?= 30s
-FUZZ_TARGETS = FuzzSQLiteRow FuzzMongoRecord FuzzValidateKey FuzzValidateOwner FuzzStoreURL \
-	FuzzLocalRecord FuzzLocalSlots
+FUZZ_TARGETS = .:FuzzValidateKey .:FuzzValidateOwner .:FuzzStoreURL .:FuzzLocalRecord .:FuzzLocalSlots \
+	./sqlite:FuzzSQLiteRow ./mongodb:FuzzMongoRecord ./mongodb:FuzzMongoURL ./mongodb:FuzzMongoOwnerGuard
 fuzz:
-	@have=$$($(GO) test -list='^Fuzz' . | grep '^Fuzz'); \
-	for f in $(FUZZ_TARGETS); do \
-		if ! echo "$$have" | grep -qx "$$f"; then echo "fuzz target $$f does not exist"; exit 1; fi; \
-		echo "fuzzing $$f for $(FUZZTIME)"; \
-		$(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s . || exit 1; \
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; f=$${t##*:}; \
+		if ! $(GO) test -list='^Fuzz' $$pkg | grep -qx "$$f"; then echo "fuzz target $$f does not exist in $$pkg"; exit 1; fi; \
+		echo "fuzzing $$pkg $$f for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg || exit 1; \
 	done

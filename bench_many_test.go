@@ -2,18 +2,13 @@ package lease
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+	"github.com/leasekit/lease/internal/mongoproxy"
 )
 
 // tripCounter counts a driver's storage round trips, batched or not. It
@@ -119,140 +114,24 @@ type manyRig struct {
 	d     Driver
 	ttl   time.Duration
 	floor func(b *testing.B) time.Duration
-	wire  *wireProxy // MongoDB: the proxy that d and the floor talk through, counting commands; else nil
+	wire  *mongoproxy.Proxy // MongoDB: the proxy that d and the floor talk through, counting commands; else nil
 }
 
-// manyBackends are the stores the many-keys benchmarks run on. MongoDB
-// runs N=10,000 only on a real MongoDB (see openMongoMany). PostgreSQL is
-// added on unix systems, where its tests run.
-var manyBackends = []manyBackend{
-	{name: "sqlite", sizes: manySizes, open: openSQLiteMany},
-	{name: "mongodb", sizes: manySizes, open: openMongoMany, skip: ferretTooSlow},
-}
-
-// ferretTooSlow keeps FerretDB, the stand-in test server, to N <= 1,000.
-func ferretTooSlow(b *testing.B, n int) string {
-	if n > 1000 && testMongo(b).ferret {
-		return "FerretDB scans its collection on every update: 10,000 keys would take hours a period; set MONGODB_URI to a MongoDB to run it"
-	}
-	return ""
-}
+// manyBackends are the stores the many-keys benchmarks run on: SQLite,
+// MongoDB and PostgreSQL, registered by bench_rigs_test.go (package
+// lease_test, which can import the drivers; see export_test.go). MongoDB
+// runs N=10,000 only on a real MongoDB.
+var manyBackends []manyBackend
 
 var manySizes = []int{100, 1000, 10000}
 
-func openSQLiteMany(b *testing.B, n int) manyRig {
-	path := filepath.Join(b.TempDir(), "leases.db")
-	d := openSQLiteAt(b, path)
-	db, err := sql.Open("sqlite", sqliteDSN(path, sqliteBusyTimeout))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(1)
-	tx, _ := db.Begin()
-	for i := range n {
-		if _, err := tx.Exec("INSERT INTO leases VALUES (?, 'floor', 1, 0, 0, 1)", floorKey(i)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		b.Fatal(err)
-	}
-	update := mustPrepare(b, db, sqliteUpdate)
-	version := int64(1)
-	floor := func(b *testing.B) time.Duration {
-		start := time.Now()
-		tx, err := db.Begin()
-		if err != nil {
-			b.Fatal(err)
-		}
-		stmt := tx.Stmt(update)
-		ms := time.Now().UnixMilli()
-		for i := range n {
-			if _, err := stmt.Exec("floor", 1, ms, 0, version+1, floorKey(i), version); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			b.Fatal(err)
-		}
-		version++
-		return time.Since(start)
-	}
-	return manyRig{d: d, ttl: DefaultTTL, floor: floor}
-}
+// mongoBatchChunk is how many writes package mongodb sends a real MongoDB
+// in one bulkWrite (and keys in one find): what the computed
+// mongodb-wire-roundtrips/op assume.
+const mongoBatchChunk = 1000
 
 // floorKey is the key of a floor's i-th row, beside the store's keys.
 func floorKey(i int) string { return fmt.Sprintf("floor:%06d", i) }
-
-// openMongoMany opens a driver on a fresh collection, through a proxy of
-// its own so that the proxy's counts are this benchmark's. Its floor is n
-// raw updateOne's filtered on _id and version, on documents of their own
-// (another collection of the same size), in unordered bulkWrites of as
-// many updates as the driver sends that server in one (ferretBatchChunk on
-// FerretDB, which deadlocks on an update command of about 100 updates;
-// mongoBatchChunk on MongoDB), with the driver's write concern.
-//
-// FerretDB (the test server unless MONGODB_URI is set) scans the
-// collection for each update: about 2 ms per update at 100 documents, 15
-// ms at 1,000, so renewing 1,000 keys takes 15 s and 10,000 would take
-// hours. Its stores therefore grant a 10 minute TTL (at 30 s the
-// background renewals of 1,000 keys could not keep up), and N=10,000
-// runs only on a real MongoDB (MONGODB_URI).
-func openMongoMany(b *testing.B, n int) manyRig {
-	p := newWireProxy(b, testMongo(b).addr)
-	client := testMongoClient(b, p)
-	d := newTestMongoDriver(b, client).(*mongoDriver)
-	journal := true
-	coll := testCollection(b, client).Clone(options.Collection().
-		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}))
-	ctx := context.Background()
-	docs := make([]any, n)
-	for i := range docs {
-		docs[i] = append(bson.D{{Key: "_id", Value: floorKey(i)}}, benchFields(1)...)
-	}
-	for at := 0; at < n; at += d.chunk {
-		if _, err := coll.InsertMany(ctx, docs[at:min(at+d.chunk, n)]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	version := int64(1)
-	models := make([]mongo.WriteModel, n)
-	floor := func(b *testing.B) time.Duration {
-		start := time.Now()
-		for i := range models {
-			models[i] = mongo.NewUpdateOneModel().
-				SetFilter(bson.D{{Key: "_id", Value: floorKey(i)}, {Key: "version", Value: version}}).
-				SetUpdate(bson.D{{Key: "$set", Value: benchFields(version + 1)}})
-		}
-		for at := 0; at < n; at += d.chunk {
-			chunk := models[at:min(at+d.chunk, n)]
-			res, err := coll.BulkWrite(ctx, chunk, options.BulkWrite().SetOrdered(false))
-			if err == nil && res.MatchedCount != int64(len(chunk)) {
-				err = fmt.Errorf("floor bulkWrite matched %d of %d", res.MatchedCount, len(chunk))
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-		version++
-		return time.Since(start)
-	}
-	ttl := DefaultTTL
-	if testMongo(b).ferret {
-		ttl = 10 * time.Minute
-	}
-	return manyRig{d: d, ttl: ttl, floor: floor, wire: p}
-}
-
-func mustPrepare(b *testing.B, db *sql.DB, q string) *sql.Stmt {
-	st, err := db.Prepare(q)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	return st
-}
 
 // holdMany holds n keys of s through its Hold loop, acquired in batches,
 // and returns the Helds with the heap bytes and goroutines they added.
@@ -395,7 +274,7 @@ func (t tripCounts) plus(u tripCounts) tripCounts {
 
 // wireTrips is how many data commands p has forwarded, each one round
 // trip (0 without a proxy).
-func wireTrips(p *wireProxy) int {
+func wireTrips(p *mongoproxy.Proxy) int {
 	if p == nil {
 		return 0
 	}

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/leasekit/lease/internal/mongoproxy"
 )
 
 // waitRounds is how many rounds of the waiting loop BenchmarkManyWaiting
@@ -190,11 +192,9 @@ func collectHolds(b *testing.B, results <-chan holdResult, n int) []holdResult {
 // proxyGoroutines is how many goroutines the test proxy p runs to relay
 // connections: one per client connection (each is tracked with its
 // server connection). 0 without a proxy.
-func proxyGoroutines(p *wireProxy) int {
+func proxyGoroutines(p *mongoproxy.Proxy) int {
 	if p == nil {
 		return 0
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.conns) / 2
+	return p.Relays()
 }

@@ -10,9 +10,10 @@ import (
 
 // TestContract runs the exported conformance suite (package leasetest: the
 // rules, the race, the model and the linearizability check) against every
-// driver and store this module ships. The cases live only there.
+// driver of the one table (drivers_test.go) and the local store. The cases
+// live only there.
 func TestContract(t *testing.T) {
-	for _, d := range lease.DriversUnderTest() {
+	for _, d := range drivers {
 		t.Run(d.Name, func(t *testing.T) { leasetest.TestDriver(t, d.Open) })
 	}
 	t.Run("local", func(t *testing.T) { leasetest.TestStore(t, openLocal) })

@@ -8,19 +8,16 @@ import (
 	"time"
 )
 
-// testDriver is one backend the document-store tests and the conformance
-// suite (contract_test.go, through export_test.go) run against. open is
+// testDriver is one backend the document-store tests run against. open is
 // called once per test; several stores share the driver it returns.
-// Drivers other than memory register themselves from an init in their own
-// test file.
 type testDriver struct {
 	name string
 	open func(t *testing.T) Driver
 }
 
-var testDrivers = []testDriver{
-	{name: "memory", open: func(t *testing.T) Driver { return NewMemoryDriver() }},
-}
+// testDrivers are the drivers of the one table in drivers_test.go, which
+// registers them before any test runs (see RegisterTestDriver).
+var testDrivers []testDriver
 
 func newDocStore(t testing.TB, d Driver, clock *fakeClock, owner string) *DocumentStore {
 	t.Helper()

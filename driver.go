@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -76,83 +75,18 @@ func DriverCapabilities(d Driver) Capabilities {
 	return Capabilities{}
 }
 
-// shippedDrivers is what the drivers of this module state, by name.
-var shippedDrivers = map[string]Capabilities{
-	"memory":   (*memoryDriver)(nil).Capabilities(),
-	"sqlite":   (*sqliteDriver)(nil).Capabilities(),
-	"mongodb":  (*mongoDriver)(nil).Capabilities(),
-	"postgres": (*postgresDriver)(nil).Capabilities(),
-}
+// crossProcessDrivers names the drivers of this module that coordinate
+// separate processes (R11). The names are fixed here rather than asked of
+// the driver packages, so that the answer does not depend on which of them
+// a program imports.
+var crossProcessDrivers = map[string]bool{"mongodb": true, "postgres": true, "sqlite": true}
 
 // DriverHasCrossProcessCAS reports whether the named document driver of this
 // module can coordinate separate processes (R11): true for "mongodb",
 // "postgres" and "sqlite", false for "memory", "file" and any other name. For
 // a driver value, including one from elsewhere, use DriverCapabilities.
 func DriverHasCrossProcessCAS(driver string) bool {
-	return shippedDrivers[driver].CrossProcess
-}
-
-// Open opens a store from a URL:
-//
-//	sqlite:/path/leases.db                     SQLite document store (one host, many processes)
-//	mongodb://host:port/db?collection=leases   MongoDB document store (many hosts)
-//	postgres://host:port/db?table=leases       PostgreSQL document store (many hosts); also postgresql://
-//	file:/path/dir                             local flock store (one host, no backend)
-//	memory:                                    in-memory document store (one process only)
-//
-// Closing the store closes what Open opened.
-func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	u, err := parseStoreURL(url)
-	if err != nil {
-		return nil, err
-	}
-	switch u.scheme {
-	case "memory":
-		// Clip: appending must never write into the caller's slice.
-		return NewDocumentStore(NewMemoryDriver(), append(slices.Clip(opts), closeDriver())...)
-	case "sqlite":
-		return openSQLiteStore(u.rest, opts)
-	case "mongodb", "mongodb+srv":
-		return openMongoStore(ctx, u.mongo, opts)
-	case "postgres", "postgresql":
-		return openPostgresStore(ctx, u.scheme+":"+u.rest, opts)
-	case "file":
-		return openLocalStore(u.rest, opts)
-	}
-	return nil, fmt.Errorf("lease: store scheme %q is parsed but not opened", u.scheme) // a bug: parseStoreURL and Open disagree
-}
-
-// storeURL is an Open URL taken apart, before anything is opened.
-type storeURL struct {
-	scheme string   // "memory", "sqlite", "mongodb", "mongodb+srv" or "file"
-	rest   string   // what follows "scheme:"
-	mongo  mongoURL // for mongodb and mongodb+srv
-}
-
-// parseStoreURL takes an Open URL apart and refuses a malformed one,
-// without touching any file or server.
-func parseStoreURL(url string) (storeURL, error) {
-	scheme, rest, ok := strings.Cut(url, ":")
-	if !ok {
-		return storeURL{}, fmt.Errorf("lease: store URL %q has no scheme; want sqlite:, mongodb://, postgres://, file: or memory: (see lease.Open)", url)
-	}
-	u := storeURL{scheme: scheme, rest: rest}
-	switch scheme {
-	case "memory", "sqlite", "file":
-		return u, nil
-	case "mongodb", "mongodb+srv":
-		var err error
-		u.mongo, err = splitMongoURL(url)
-		return u, err
-	case "postgres", "postgresql":
-		_, _, err := splitPostgresURL(url)
-		return u, err
-	}
-	return storeURL{}, fmt.Errorf("lease: unknown store scheme %q in %q; want sqlite:, mongodb://, postgres://, file: or memory: (see lease.Open)",
-		scheme, redactMongoURL(url)) // any scheme://user:password@ form
+	return crossProcessDrivers[driver]
 }
 
 // NewMemoryDriver returns a driver that keeps records in this process's

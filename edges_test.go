@@ -1,16 +1,12 @@
 package lease
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
-
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // TestEdgeR7RetriedReleaseAfterUnsettledWrite: a release whose write
@@ -271,69 +267,6 @@ func TestEdgeR9UnsettledWrites(t *testing.T) {
 	})
 }
 
-// TestEdgeR10SQLiteCorruptHeldRow: a row that its holder's store has in
-// its table is corrupted behind its back (same version). Renew and Release
-// fail with ErrCorrupt and leave the row as it is; Acquire never turns it
-// into a clean grant (R10).
-func TestEdgeR10SQLiteCorruptHeldRow(t *testing.T) {
-	for _, set := range []string{"epoch = 'x'", "owner = ''", "owner = 'a b'", "epoch = 0", "released = 2", "expires_ms = 1.5"} {
-		t.Run(set, func(t *testing.T) {
-			d := openTestSQLite(t)
-			db := rawSQLite(t, d.(*sqliteDriver).path)
-			s := newDocStore(t, d, newFakeClock(), "alice")
-			g := mustAcquire(t, s, "k")
-			mustExec(t, db, "UPDATE leases SET "+set+" WHERE key = 'k'")
-			before := quoteRow(t, db, "k")
-			_, err := s.Renew(ctxBG, g)
-			wantStorageErr(t, "Renew", err)
-			wantErr(t, "Renew", err, ErrCorrupt)
-			err = s.Release(ctxBG, g)
-			wantStorageErr(t, "Release", err)
-			wantErr(t, "Release", err, ErrCorrupt)
-			_, err = s.Acquire(ctxBG, "k")
-			wantErr(t, "Acquire", err, ErrCorrupt)
-			if after := quoteRow(t, db, "k"); after != before {
-				t.Fatalf("row changed from %s to %s", before, after)
-			}
-		})
-	}
-}
-
-// TestEdgeR10MongoCorruptHeldDocument: a document that its holder's
-// store has in its table is corrupted behind its back (same version).
-// Renew and Release fail with ErrCorrupt and leave it as it is (R10).
-func TestEdgeR10MongoCorruptHeldDocument(t *testing.T) {
-	ctx := context.Background()
-	coll := testCollection(t, sharedMongoClient(t))
-	d := newTestMongoDriverOn(t, coll)
-	for i, set := range []bson.D{
-		{{Key: "epoch", Value: "1"}},
-		{{Key: "owner", Value: ""}},
-		{{Key: "owner", Value: "a b"}},
-		{{Key: "epoch", Value: int64(0)}},
-		{{Key: "released", Value: int32(1)}},
-		{{Key: "expires", Value: "soon"}},
-	} {
-		key := fmt.Sprintf("k%d", i)
-		s := newDocStore(t, d, newFakeClock(), "alice")
-		g := mustAcquire(t, s, key)
-		if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: key}}, bson.D{{Key: "$set", Value: set}}); err != nil {
-			t.Fatal(err)
-		}
-		before, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = s.Renew(ctx, g)
-		wantErr(t, fmt.Sprintf("Renew after $set %v", set), err, ErrCorrupt)
-		wantErr(t, fmt.Sprintf("Release after $set %v", set), s.Release(ctx, g), ErrCorrupt)
-		after, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
-		if err != nil || !bytes.Equal(before, after) {
-			t.Fatalf("$set %v: document changed: %v -> %v (%v)", set, before, after, err)
-		}
-	}
-}
-
 // TestEdgeR1EdgeCases: keys and owners at the edges of R1, refused before
 // storage is touched; a cancelled ctx and a closed store; R11 names.
 func TestEdgeR1EdgeCases(t *testing.T) {
@@ -387,10 +320,6 @@ func TestEdgeR1EdgeCases(t *testing.T) {
 	}
 	if d := NewMemoryDriver(); d.Name() != "memory" {
 		t.Error("name")
-	}
-	dd := openTestSQLite(t)
-	if dd.Name() != "sqlite" {
-		t.Error("sqlite name")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/leasetest"
+	"github.com/leasekit/lease/sqlite"
 )
 
 // TestHeldModel runs leasetest's model of the Held layer (Hold, Release,
@@ -34,7 +35,7 @@ func heldChecks(n int) int {
 // openSQLiteIn opens a SQLite driver on a new file in dir: the one place
 // that names the SQLite driver's package.
 func openSQLiteIn(dir string) (lease.Driver, error) {
-	return lease.OpenSQLite(filepath.Join(dir, "leases.db"))
+	return sqlite.Open(filepath.Join(dir, "leases.db"))
 }
 
 // openUnwatchedLocal opens a local store on dir whose waiters poll, as a

@@ -3,9 +3,10 @@ package lease
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasekit/lease/internal/testclock"
 )
 
 var ctxBG = context.Background()
@@ -29,52 +30,8 @@ func wantErr(t *testing.T, op string, err, want error) {
 // testTTL is the TTL every test store uses unless a test says otherwise.
 const testTTL = 10 * time.Second
 
-// fakeClock is the one clock a test's stores read (R8): time moves only
-// when the test advances it.
-type fakeClock struct {
-	mu  sync.Mutex // guards now
-	now time.Time
-}
+// fakeClock is the module's one test clock (R8): time moves only when the
+// test advances it.
+type fakeClock = testclock.Clock
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// Set moves the clock to t, forwards or backwards (clock skew).
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-// listPaged lists every key under prefix through d, limit records a page,
-// each page starting after the last key of the one before.
-func listPaged(t testing.TB, d ListDriver, prefix string, limit int) []string {
-	t.Helper()
-	var got []string
-	for after := ""; ; {
-		recs, err := d.List(ctxBG, prefix, after, limit)
-		if err != nil {
-			t.Fatalf("List(%q, %q): %v", prefix, after, err)
-		}
-		for _, r := range recs {
-			got = append(got, r.Key)
-		}
-		if len(recs) < limit {
-			return got
-		}
-		after = recs[len(recs)-1].Key
-	}
-}
+func newFakeClock() *fakeClock { return testclock.New() }

@@ -142,7 +142,7 @@ func lookedWaiters(k *keeper) int {
 }
 
 func manyStore(t *testing.T, path string) (*DocumentStore, *tripCounter) {
-	d, err := OpenSQLite(path)
+	d, err := OpenSQLiteForTest(path)
 	if err != nil {
 		t.Fatal(err)
 	}

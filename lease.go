@@ -18,6 +18,28 @@
 // the epoch makes such a late write harmless.
 //
 // All stores are safe for concurrent use by multiple goroutines.
+//
+// # Stores and drivers
+//
+// This package has the local store ([NewLocalStore], "file:" URLs) and the
+// in-memory driver ([NewMemoryDriver], "memory:"), and imports no database
+// library. The database drivers are packages of their own, each importing
+// only its database's client:
+//
+//   - github.com/leasekit/lease/sqlite: "sqlite:" URLs (modernc.org/sqlite)
+//   - github.com/leasekit/lease/mongodb: "mongodb://", "mongodb+srv://" (mongo-driver/v2)
+//   - github.com/leasekit/lease/postgres: "postgres://", "postgresql://" (pgx/v5)
+//
+// Importing one registers its URL schemes with [Open] ([RegisterScheme]).
+// A driver of your own implements [Driver]; package
+// github.com/leasekit/lease/leasetest checks it against the contract.
+//
+// # The contract
+//
+// The documentation cites the rules of the contract by number: R1 (keys
+// and owners) to R17 (a Held ends before its grant is given up). They are
+// written out in docs/contract.md in the repository:
+// https://github.com/leasekit/lease/blob/main/docs/contract.md
 package lease
 
 import (
@@ -31,6 +53,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/leasekit/lease/internal/rules"
 )
 
 // Grant is proof of holding a key. Its Epoch is the fencing token.
@@ -80,7 +104,7 @@ type Store interface {
 const DefaultTTL = 30 * time.Second
 
 // maxIDLen bounds keys and owners (R1).
-const maxIDLen = 256
+const maxIDLen = rules.MaxIDLen
 
 type config struct {
 	owner  string
@@ -262,13 +286,8 @@ func keyByte(c byte) bool {
 // validateOwner checks R1's rule for owners: 1 to 256 bytes of printable
 // ASCII without spaces.
 func validateOwner(owner string) error {
-	if len(owner) == 0 || len(owner) > maxIDLen {
-		return fmt.Errorf("%w: owner of %d bytes, want 1 to %d", ErrInvalidKey, len(owner), maxIDLen)
-	}
-	for i := 0; i < len(owner); i++ {
-		if c := owner[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("%w: owner %q: byte %#x at %d is not printable ASCII", ErrInvalidKey, owner, c, i)
-		}
+	if err := rules.CheckOwner(owner); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
 	}
 	return nil
 }

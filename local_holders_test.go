@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/leasekit/lease/internal/testfs"
 )
 
 // collectHolders runs s.Holders and returns the records and the errors.
@@ -69,7 +71,7 @@ func TestLocalHolders(t *testing.T) {
 	if err := os.WriteFile(root+"/.new-leftover", []byte("half"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	before := snapshotDir(t, root)
+	before := testfs.Snapshot(t, root)
 
 	for _, s := range []*LocalStore{a, b} {
 		recs, errs := collectHolders(t, s, ctx, "jobs/")
@@ -106,7 +108,7 @@ func TestLocalHolders(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("a loop that breaks saw %d yields", n)
 	}
-	if after := snapshotDir(t, root); after != before {
+	if after := testfs.Snapshot(t, root); after != before {
 		t.Fatalf("Holders changed the root:\nbefore %v\nafter  %v", before, after)
 	}
 	// Nothing was locked: another store takes the dead holder's key.

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/leasekit/lease/internal/childproc"
 )
 
 // TestLocalProcessKilled: a holder killed with SIGKILL frees the key at
@@ -21,8 +23,8 @@ func TestLocalProcessKilled(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	c := startChild(t, "file:"+root, "doomed")
-	c.send(t, "acquire")
-	if r := c.recv(t); r != "ok 1 false" {
+	c.Send(t, "acquire")
+	if r := c.Recv(t); r != "ok 1 false" {
 		t.Fatalf("child: %q; want ok 1 false", r)
 	}
 	s := newLocal(t, root, WithOwner("next"))
@@ -32,10 +34,10 @@ func TestLocalProcessKilled(t *testing.T) {
 		t.Fatalf("Holder while the child lives = %+v, %v", rec, err)
 	}
 
-	if err := c.cmd.Process.Kill(); err != nil {
+	if err := c.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	c.wait(t)
+	c.Wait(t)
 	if _, err := s.Holder(ctx, procKey); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Holder after SIGKILL = %v; want ErrNotFound", err)
 	}
@@ -59,14 +61,14 @@ func TestLocalNotInherited(t *testing.T) {
 	if g.Epoch != 2 || !g.PreviousUnclean {
 		t.Fatalf("%+v; want epoch 2 unclean", g)
 	}
-	c.send(t, "acquire") // the child is alive and sees b as the holder
-	if r := c.recv(t); r != "held next 2" {
+	c.Send(t, "acquire") // the child is alive and sees b as the holder
+	if r := c.Recv(t); r != "held next 2" {
 		t.Fatalf("child: %q; want held next 2", r)
 	}
 }
 
 // A local child is the test binary run again as a plain process for the
-// tests below, which need what the store child of proc_test.go cannot do:
+// tests below, which need what the store child (package childproc) cannot do:
 // open a store only when told (so that many processes open at once), or
 // run with a low descriptor limit. It reads commands on stdin and answers
 // each with one "RESULT ..." line:
@@ -138,7 +140,7 @@ func acquireUntilNoDescriptors(root string) string {
 // startLocalChild runs a local child named name.
 func startLocalChild(t *testing.T, name string) *child {
 	t.Helper()
-	return startTestChild(t, "TestLocalChild", name, childEnvLocal+"="+name)
+	return childproc.Start(t, "TestLocalChild", name, childEnvLocal+"="+name)
 }
 
 // TestLocalProcessesOpenFreshRoot: 8 processes opening stores at the same
@@ -152,15 +154,15 @@ func TestLocalProcessesOpenFreshRoot(t *testing.T) {
 	for round := range 20 {
 		root := filepath.Join(dir, fmt.Sprintf("fresh-%d", round))
 		for _, c := range children { // each child is blocked reading stdin: this is the barrier
-			c.send(t, "open "+root)
+			c.Send(t, "open "+root)
 		}
 		for _, c := range children {
-			if got := c.recv(t); got != "ok" {
-				t.Fatalf("round %d: %s: %s; want every open to succeed", round, c.owner, got)
+			if got := c.Recv(t); got != "ok" {
+				t.Fatalf("round %d: %s: %s; want every open to succeed", round, c.Name, got)
 			}
 		}
 	}
-	stopChildren(t, children)
+	childproc.StopAll(t, children)
 }
 
 // TestLocalOutOfDescriptors: running out of descriptors while acquiring
@@ -169,11 +171,11 @@ func TestLocalProcessesOpenFreshRoot(t *testing.T) {
 // storage failure.
 func TestLocalOutOfDescriptors(t *testing.T) {
 	c := startLocalChild(t, "hoarder")
-	c.send(t, "emfile "+t.TempDir())
-	got := c.recv(t)
+	c.Send(t, "emfile "+t.TempDir())
+	got := c.Recv(t)
 	if !strings.HasPrefix(got, "err true ") || !strings.Contains(got, "too many open files: raise the descriptor limit") ||
 		!strings.Contains(got, `acquire "k`) {
 		t.Fatalf("acquiring past the descriptor limit: %s; want an error matching EMFILE that names the key and says to raise the limit", got)
 	}
-	stopChildren(t, []*child{c})
+	childproc.StopAll(t, []*child{c})
 }

@@ -63,8 +63,8 @@ func TestLocalWatchRelease(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	holder := startChild(t, "file:"+root, "holder")
-	holder.send(t, "acquire")
-	if r := holder.recv(t); r != "ok 1 false" {
+	holder.Send(t, "acquire")
+	if r := holder.Recv(t); r != "ok 1 false" {
 		t.Fatalf("holder: %q", r)
 	}
 	baseFDs := inotifyFDs(t)
@@ -113,7 +113,7 @@ func TestLocalWatchRelease(t *testing.T) {
 
 	// The holder dies: the waiter is woken and takes the key.
 	killed := time.Now()
-	if err := holder.cmd.Process.Kill(); err != nil {
+	if err := holder.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -131,7 +131,7 @@ func TestLocalWatchRelease(t *testing.T) {
 	if n := w.count.Load(); n > 4 {
 		t.Fatalf("woken %d times for one death; want a few", n)
 	}
-	holder.wait(t)
+	holder.Wait(t)
 
 	stop()
 	stopSentinel()

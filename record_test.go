@@ -35,7 +35,7 @@ func TestRecordWhateverItsState(t *testing.T) {
 			return func(t *testing.T, clock *fakeClock, owner string) recordReader {
 				if d == nil {
 					var err error
-					if d, err = OpenSQLite(filepath.Join(t.TempDir(), "leases.db")); err != nil {
+					if d, err = OpenSQLiteForTest(filepath.Join(t.TempDir(), "leases.db")); err != nil {
 						t.Fatal(err)
 					}
 					t.Cleanup(func() { d.Close() })

@@ -1,10 +1,10 @@
 // Package leasetest is the conformance suite of package lease: the rules of
-// its contract (R1-R15), a rapid model test, and a porcupine linearizability
-// check, for any lease.Driver or lease.Store; and TestHeldModel, a rapid
-// model of the Held layer above a store (Hold, Release, Confirm, ReleaseAll,
-// Close, waiters and storage faults: R12, R15-R17). Every driver and store
-// this module ships passes it; a driver written elsewhere proves itself
-// with it:
+// its contract (R1-R17, docs/contract.md), a rapid model test, and a
+// porcupine linearizability check, for any lease.Driver or lease.Store; and
+// TestHeldModel, a rapid model of the Held layer above a store (Hold,
+// Release, Confirm, ReleaseAll, Close, waiters and storage faults: R12,
+// R15-R17). Every driver and store this module ships passes it; a driver
+// written elsewhere proves itself with it:
 //
 //	func TestMyDriver(t *testing.T) {
 //		leasetest.TestDriver(t, func(t *testing.T) lease.Driver {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/sqlite"
 )
 
 // These tests check the guard design (see the package doc) with real
@@ -263,7 +264,7 @@ func TestLossKillsGroupAfterGrace(t *testing.T) {
 // steal makes another owner the holder of key in the SQLite file at path.
 func steal(t *testing.T, path, key string) {
 	t.Helper()
-	d, err := lease.OpenSQLite(path)
+	d, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +344,7 @@ func TestCommandExitStopsLeftovers(t *testing.T) {
 // timeout.
 func TestTimeoutOnSlowStoreIsHeld(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "leases.db")
-	d, err := lease.OpenSQLite(path)
+	d, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,6 +95,12 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	// The command serves every store URL of lease.Open: each driver
+	// package registers its schemes when imported.
+	_ "github.com/leasekit/lease/mongodb"
+	_ "github.com/leasekit/lease/postgres"
+	_ "github.com/leasekit/lease/sqlite"
 )
 
 // Exit statuses; see the package doc.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/sqlite"
 )
 
 // These end-to-end tests build the lease binary and run it as real
@@ -531,7 +532,7 @@ func TestRunLostLease(t *testing.T) {
 	if l := p.line(t); l != "ready" {
 		t.Fatalf("COMMAND said %q; want ready", l)
 	}
-	d, err := lease.OpenSQLite(path)
+	d, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,11 @@ import (
 	"time"
 
 	"github.com/leasekit/lease"
+	// The schemes this example can open (LEASE_STORE): importing a driver
+	// package registers its URLs with lease.Open.
+	_ "github.com/leasekit/lease/mongodb"
+	_ "github.com/leasekit/lease/postgres"
+	_ "github.com/leasekit/lease/sqlite"
 )
 
 func main() {

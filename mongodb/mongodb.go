@@ -1,0 +1,702 @@
+// Package mongodb is the MongoDB document driver of package lease: one
+// document per key in a collection, for processes on many hosts
+// (go.mongodb.org/mongo-driver/v2). It imports no other database library.
+//
+// Importing it registers the "mongodb://" and "mongodb+srv://" schemes with
+// lease.Open:
+//
+//	import _ "github.com/leasekit/lease/mongodb"
+//
+//	s, err := lease.Open(ctx, "mongodb://db1,db2,db3/app?replicaSet=rs0&collection=leases")
+//
+// NewDriver makes a driver on a collection of a client you already have.
+// Details: docs/mongodb.md in the repository. The rules it keeps (R1–R17):
+// docs/contract.md.
+package mongodb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/internal/redact"
+	"github.com/leasekit/lease/internal/rules"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+)
+
+// Defaults for Open's mongodb:// URLs.
+const (
+	// DefaultDatabase is the database Open uses when the URL names none
+	// ("mongodb://host:27017" or "mongodb://host:27017/").
+	DefaultDatabase = "lease"
+	// DefaultCollection is the collection Open uses unless the URL has
+	// a "collection" query parameter.
+	DefaultCollection = "leases"
+)
+
+// mongoCheckTimeout bounds the buildInfo check in NewDriver, which
+// has no ctx of its own.
+const mongoCheckTimeout = 30 * time.Second
+
+// Option configures NewDriver.
+type Option func(*config)
+
+type config struct {
+	allowUnsafe bool
+}
+
+// AllowUnsafeServer accepts a server that is known not to apply a conditional
+// single-document update atomically (FerretDB v1); for tests that serialize
+// requests themselves. Without it, NewDriver refuses such a server.
+func AllowUnsafeServer() Option { return func(c *config) { c.allowUnsafe = true } }
+
+// mongoDriver keeps one document per key in a collection:
+//
+//	{_id: key, owner: string, epoch: int64, expires: date, released: bool, version: int64}
+//
+// epoch holds the uint64 epoch's bit pattern, so epochs above
+// math.MaxInt64 read as negative numbers in mongosh but round-trip exactly.
+// version starts at 1 and counts writes; it is what Put's precondition
+// compares. Writes use majority write concern with journaling; reads go to
+// the primary with majority read concern, so that a re-read (R9) never
+// sees a write that a failover could still roll back.
+type mongoDriver struct {
+	coll       *mongo.Collection
+	chunk      int  // writes per bulkWrite
+	ownsClient bool // made by Open: Close disconnects the client
+	closed     atomic.Bool
+}
+
+// NewDriver returns a driver that keeps leases in coll, one document
+// per key. It uses coll's client but its own write concern (majority,
+// journaled), read preference (primary) and read concern (majority).
+// Close does not disconnect coll's client: the caller owns it.
+//
+// It first asks the server for buildInfo and refuses a server known not to
+// apply a conditional single-document update atomically (FerretDB), unless
+// AllowUnsafeServer is given.
+func NewDriver(coll *mongo.Collection, opts ...Option) (lease.Driver, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), mongoCheckTimeout)
+	defer cancel()
+	return newMongoDriver(ctx, coll, opts)
+}
+
+func newMongoDriver(ctx context.Context, coll *mongo.Collection, opts []Option) (*mongoDriver, error) {
+	if coll == nil {
+		return nil, errors.New("lease: mongodb.NewDriver given a nil collection")
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ferret, err := mongoServerIsFerretDB(ctx, coll.Database())
+	if err != nil {
+		return nil, err
+	}
+	if ferret && !cfg.allowUnsafe {
+		return nil, errFerretDB
+	}
+	journal := true
+	coll = coll.Clone(options.Collection().
+		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}).
+		SetReadPreference(readpref.Primary()).
+		SetReadConcern(readconcern.Majority()))
+	d := &mongoDriver{coll: coll, chunk: mongoBatchChunk}
+	if ferret {
+		d.chunk = ferretBatchChunk
+	}
+	return d, nil
+}
+
+// mongoServerIsFerretDB asks the server for buildInfo and reports whether
+// it names FerretDB.
+func mongoServerIsFerretDB(ctx context.Context, db *mongo.Database) (bool, error) {
+	var info bson.M
+	if err := db.RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
+		return false, fmt.Errorf("lease: mongodb buildInfo: %w", err)
+	}
+	for k := range info {
+		if strings.Contains(strings.ToLower(k), "ferretdb") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// errFerretDB refuses FerretDB: v1 reads the documents an update matches
+// and writes them back by _id, so two updateOne({_id, version: v}) can
+// both succeed, and two holders win.
+var errFerretDB = errors.New("lease: the server is FerretDB, which does not apply a conditional update atomically, " +
+	"so two clients could both win a lease; use MongoDB (AllowUnsafeServer accepts it for tests " +
+	"that serialize requests themselves)")
+
+// Name returns "mongodb".
+func (d *mongoDriver) Name() string { return "mongodb" }
+
+// Capabilities: the server's conditional updates exclude every client;
+// BSON dates keep milliseconds.
+func (*mongoDriver) Capabilities() lease.Capabilities {
+	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Millisecond}
+}
+
+// Get reads key's document from the primary.
+func (d *mongoDriver) Get(ctx context.Context, key string) (lease.Record, uint64, error) {
+	if err := d.usable(ctx); err != nil {
+		return lease.Record{}, 0, err
+	}
+	raw, err := d.coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return lease.Record{}, 0, lease.ErrNotFound
+	}
+	if err != nil {
+		return lease.Record{}, 0, fmt.Errorf("lease: mongodb read %q: %w", key, err)
+	}
+	return decodeMongoRecord(raw)
+}
+
+// Put inserts (Absent) or updates the document filtered on _id and version.
+// A duplicate _id or an update that matches nothing is ErrConflict; any
+// other failure leaves the outcome unknown, and the store re-reads (R9).
+//
+// The MongoDB driver may retry a write once after a network error. On a
+// replica set the server runs a retried write at most once and answers
+// the retry with the first attempt's result, so a conflict here is never
+// this write's own earlier attempt; on a standalone server it does not
+// retry.
+func (d *mongoDriver) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
+	if err := d.usable(ctx); err != nil {
+		return 0, err
+	}
+	if pre.Absent {
+		return d.insert(ctx, rec)
+	}
+	return d.update(ctx, rec, pre.Version)
+}
+
+func (d *mongoDriver) insert(ctx context.Context, rec lease.Record) (uint64, error) {
+	doc := append(bson.D{{Key: "_id", Value: rec.Key}}, mongoFields(rec, 1)...)
+	_, err := d.coll.InsertOne(ctx, doc)
+	switch {
+	case err == nil:
+		return 1, nil
+	case mongo.IsDuplicateKeyError(err):
+		return 0, lease.ErrConflict
+	}
+	return 0, fmt.Errorf("lease: mongodb insert %q: %w", rec.Key, err)
+}
+
+func (d *mongoDriver) update(ctx context.Context, rec lease.Record, version uint64) (uint64, error) {
+	if version == 0 { // versions start at 1: no document matches
+		return 0, lease.ErrConflict
+	}
+	if version >= math.MaxInt64 {
+		return 0, fmt.Errorf("lease: mongodb update %q: version %d out of range", rec.Key, version)
+	}
+	next := version + 1
+	res, err := d.coll.UpdateOne(ctx, mongoUpdateFilter(rec.Key, version),
+		bson.D{{Key: "$set", Value: mongoFields(rec, next)}})
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("lease: mongodb update %q: %w", rec.Key, err)
+	case res.MatchedCount == 0:
+		return 0, lease.ErrConflict
+	}
+	return next, nil
+}
+
+// mongoBatchChunk is how many writes PutMany sends in one bulkWrite, and
+// how many keys GetMany asks for in one find. FerretDB v1 (a test stand-in,
+// see AllowUnsafeServer) keeps every update's query open until the whole
+// update command ends, each holding one of its SQLite backend's 100 pooled
+// connections, so a command of about 100 updates waits for itself forever;
+// PutMany sends it ferretBatchChunk writes at a time.
+const (
+	mongoBatchChunk  = 1000
+	ferretBatchChunk = 50
+)
+
+var (
+	_ lease.BatchDriver = (*mongoDriver)(nil)
+	_ lease.BatchReader = (*mongoDriver)(nil)
+	_ lease.ListDriver  = (*mongoDriver)(nil)
+)
+
+// PutMany applies ws as unordered bulkWrites of up to mongoBatchChunk
+// (ferretBatchChunk on FerretDB) writes, with the collection's majority, journaled write concern: each
+// write is an insert (Absent) or an update filtered on _id, version and
+// the guard, as Put sends it, and each has its own answer.
+//
+// A duplicate _id on an insert is that write's ErrConflict. An update that
+// matches nothing is a conflict too, but bulkWrite reports only the total
+// of matched documents, not which update matched. When the total is short,
+// one find reads the chunk's updated keys, and each update is judged by
+// what its document shows (see judgeUpdate): since versions only grow and
+// exactly one write can move a document from version v to v+1, a document
+// below v+1, or at v+1 with other contents, proves the update did not
+// apply (ErrConflict); one at v+1 with this write's contents proves it
+// did; anything else leaves the outcome unknown, and the store re-reads.
+//
+// An error for the whole chunk (a lost connection, a write concern error)
+// leaves each of its writes' outcome unknown; later chunks are not sent.
+func (d *mongoDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease.PutResult, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	results := make([]lease.PutResult, len(ws))
+	for start := 0; start < len(ws); start += d.chunk {
+		end := min(start+d.chunk, len(ws))
+		if err := d.putChunk(ctx, ws[start:end], results[start:end]); err != nil {
+			for i := range results[end:] {
+				results[end+i].Err = fmt.Errorf("lease: mongodb write %q not sent: an earlier part of the batch failed: %w",
+					ws[end+i].Rec.Key, err)
+			}
+			break
+		}
+	}
+	return results, nil
+}
+
+// putChunk sends ws as one unordered bulkWrite and fills results. A
+// non-nil error means every write's outcome is unknown; results say so.
+func (d *mongoDriver) putChunk(ctx context.Context, ws []lease.Write, results []lease.PutResult) error {
+	models := make([]mongo.WriteModel, 0, len(ws))
+	index := make([]int, 0, len(ws)) // models[j] is ws[index[j]]
+	updates := 0
+	for i, w := range ws {
+		switch {
+		case w.Pre.Absent:
+			results[i].Version = 1
+			models = append(models, mongo.NewInsertOneModel().SetDocument(append(bson.D{{Key: "_id", Value: w.Rec.Key}}, mongoFields(w.Rec, 1)...)))
+		case w.Pre.Version == 0: // versions start at 1: no document matches
+			results[i].Err = lease.ErrConflict
+			continue
+		case w.Pre.Version >= math.MaxInt64:
+			results[i].Err = fmt.Errorf("lease: mongodb update %q: version %d out of range", w.Rec.Key, w.Pre.Version)
+			continue
+		default:
+			updates++
+			results[i].Version = w.Pre.Version + 1
+			models = append(models, mongo.NewUpdateOneModel().SetFilter(mongoUpdateFilter(w.Rec.Key, w.Pre.Version)).
+				SetUpdate(bson.D{{Key: "$set", Value: mongoFields(w.Rec, w.Pre.Version+1)}}))
+		}
+		index = append(index, i)
+	}
+	if len(models) == 0 {
+		return nil
+	}
+	res, err := d.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if err != nil && (!errors.As(err, &bwe) || bwe.WriteConcernError != nil) {
+		for _, i := range index {
+			results[i] = lease.PutResult{Err: fmt.Errorf("lease: mongodb write %q in a batch, outcome unknown: %w", ws[i].Rec.Key, err)}
+		}
+		return err
+	}
+	failed := make(map[int]bool, len(bwe.WriteErrors))
+	for _, we := range bwe.WriteErrors {
+		if we.Index < 0 || we.Index >= len(index) {
+			continue
+		}
+		i := index[we.Index]
+		failed[i] = true
+		switch {
+		case ws[i].Pre.Absent && isDuplicateKey(we.WriteError):
+			results[i] = lease.PutResult{Err: lease.ErrConflict}
+		case ws[i].Pre.Absent:
+			results[i] = lease.PutResult{Err: fmt.Errorf("lease: mongodb insert %q: %w", ws[i].Rec.Key, we.WriteError)}
+		default:
+			updates-- // it matched nothing that MatchedCount counts
+			results[i] = lease.PutResult{Err: fmt.Errorf("lease: mongodb update %q: %w", ws[i].Rec.Key, we.WriteError)}
+		}
+	}
+	if res != nil && res.MatchedCount >= int64(updates) {
+		return nil // every update without a write error matched its document
+	}
+	return d.judgeUpdates(ctx, ws, results, failed)
+}
+
+// judgeUpdates reads the documents of the updates in ws that have no
+// answer yet and judges each (see judgeUpdate). If the read fails, their
+// outcome is unknown.
+func (d *mongoDriver) judgeUpdates(ctx context.Context, ws []lease.Write, results []lease.PutResult, failed map[int]bool) error {
+	var keys []string
+	for i, w := range ws {
+		if !w.Pre.Absent && results[i].Err == nil && !failed[i] {
+			keys = append(keys, w.Rec.Key)
+		}
+	}
+	docs, err := d.findRaw(ctx, keys)
+	for i, w := range ws {
+		if w.Pre.Absent || results[i].Err != nil || failed[i] {
+			continue
+		}
+		if err != nil {
+			results[i] = lease.PutResult{Err: fmt.Errorf("lease: mongodb update %q in a batch, outcome unknown: "+
+				"not every update matched, and reading which failed: %w", w.Rec.Key, err)}
+			continue
+		}
+		results[i] = judgeUpdate(w, docs[w.Rec.Key])
+	}
+	return nil
+}
+
+// judgeUpdate answers an update of a bulkWrite from its document as read
+// after it (raw is nil when there is none). Versions only grow, and only
+// one write can move a document from version v to v+1.
+func judgeUpdate(w lease.Write, raw bson.Raw) lease.PutResult {
+	want := w.Pre.Version + 1
+	if raw == nil {
+		return lease.PutResult{Err: lease.ErrConflict} // records are never deleted: it never existed
+	}
+	v, ok := raw.Lookup("version").Int64OK()
+	switch {
+	case ok && v >= 1 && uint64(v) < want:
+		return lease.PutResult{Err: lease.ErrConflict} // it never reached v+1: the update did not apply
+	case ok && uint64(v) == want:
+		rec, _, err := decodeMongoRecord(raw)
+		if err == nil && sameState(rec, withMillis(w.Rec)) {
+			return lease.PutResult{Version: want} // this write's contents at v+1
+		}
+		if err == nil {
+			return lease.PutResult{Err: lease.ErrConflict} // another write took v to v+1
+		}
+	}
+	return lease.PutResult{Err: fmt.Errorf("lease: mongodb update %q in a batch, outcome unknown: "+
+		"its document moved on to version %v", w.Rec.Key, raw.Lookup("version"))}
+}
+
+// isDuplicateKey reports a duplicate _id.
+func isDuplicateKey(we mongo.WriteError) bool {
+	return mongo.IsDuplicateKeyError(mongo.WriteException{WriteErrors: []mongo.WriteError{we}})
+}
+
+// withMillis is rec as a BSON date keeps it: ExpiresAt in whole
+// milliseconds, in UTC.
+func withMillis(rec lease.Record) lease.Record {
+	rec.ExpiresAt = time.UnixMilli(rec.ExpiresAt.UnixMilli()).UTC()
+	return rec
+}
+
+// sameState reports whether two records of a key say the same thing.
+func sameState(a, b lease.Record) bool {
+	return a.Owner == b.Owner && a.Epoch == b.Epoch && a.Released == b.Released && a.ExpiresAt.Equal(b.ExpiresAt)
+}
+
+// GetMany reads keys as Get would, with one find per mongoBatchChunk keys
+// ({_id: {$in: keys}}). A key without a document is ErrNotFound in its
+// result; a document that does not parse is ErrCorrupt in its result.
+func (d *mongoDriver) GetMany(ctx context.Context, keys []string) ([]lease.GetResult, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	docs := make(map[string]bson.Raw, len(keys))
+	for start := 0; start < len(keys); start += mongoBatchChunk {
+		chunk, err := d.findRaw(ctx, keys[start:min(start+mongoBatchChunk, len(keys))])
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(docs, chunk)
+	}
+	results := make([]lease.GetResult, len(keys))
+	for i, k := range keys {
+		raw, ok := docs[k]
+		if !ok {
+			results[i].Err = lease.ErrNotFound
+			continue
+		}
+		rec, v, err := decodeMongoRecord(raw)
+		results[i] = lease.GetResult{Rec: rec, Version: v, Err: err}
+	}
+	return results, nil
+}
+
+// findRaw reads the documents of keys in one find, by _id.
+func (d *mongoDriver) findRaw(ctx context.Context, keys []string) (map[string]bson.Raw, error) {
+	docs := make(map[string]bson.Raw, len(keys))
+	if len(keys) == 0 {
+		return docs, nil
+	}
+	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}}
+	// A batch one larger than the most documents the keys can match holds
+	// them all and ends the cursor with the first reply: no getMore.
+	cur, err := d.coll.Find(ctx, filter, options.Find().SetBatchSize(int32(len(keys)+1)))
+	if err != nil {
+		return nil, fmt.Errorf("lease: mongodb read %d keys: %w", len(keys), err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		if id, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
+			docs[id] = slices.Clone(cur.Current)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("lease: mongodb read %d keys: %w", len(keys), err)
+	}
+	return docs, nil
+}
+
+// List returns up to limit records whose keys begin with prefix and sort
+// after `after`, in ascending key order: one find over a range of _id,
+// sorted by _id. MongoDB compares strings bytewise (without a collation,
+// which this collection does not have), so this is byte order. A document
+// that does not parse fails the call with an error matching ErrCorrupt
+// that names its key (R10).
+func (d *mongoDriver) List(ctx context.Context, prefix, after string, limit int) ([]lease.Record, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	rng := bson.D{{Key: "$gte", Value: prefix}}
+	if after >= prefix {
+		rng = bson.D{{Key: "$gt", Value: after}}
+	}
+	// Without a valid UTF-8 successor the range stays open above, and the
+	// first key past the prefix ends the listing.
+	if upper, ok := rules.PrefixSuccessor(prefix); ok && utf8.ValidString(upper) {
+		rng = append(rng, bson.E{Key: "$lt", Value: upper})
+	}
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).SetBatchSize(int32(min(limit, math.MaxInt32-1) + 1)) // one past the limit: no getMore
+	cur, err := d.coll.Find(ctx, bson.D{{Key: "_id", Value: rng}}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("lease: mongodb list %q: %w", prefix, err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	var recs []lease.Record
+	for cur.Next(ctx) {
+		rec, _, err := decodeMongoRecord(cur.Current)
+		if err != nil {
+			return nil, err
+		}
+		if !strings.HasPrefix(rec.Key, prefix) {
+			break
+		}
+		recs = append(recs, rec)
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("lease: mongodb list %q: %w", prefix, err)
+	}
+	return recs, nil
+}
+
+// mongoUpdateFilter matches key's document at version, and only if it is
+// one that Get parses and the store accepts: a document corrupted behind a
+// holder's back (same version) is not overwritten by its Renew or Release;
+// the conflict makes the store re-read and fail with ErrCorrupt (R10).
+// The owner pattern has no {1,256} bound: a bounded repetition makes the
+// regular expression costly to compile per request on some servers, and
+// Get refuses an over-long owner anyway. It ends in \z, not $: in
+// MongoDB's PCRE, $ also matches before a final newline, so "alice\n"
+// would pass; \z is the very end in PCRE and in Go's regexp (FerretDB).
+func mongoUpdateFilter(key string, version uint64) bson.D {
+	return bson.D{
+		{Key: "_id", Value: key},
+		{Key: "version", Value: bson.D{{Key: "$eq", Value: int64(version)}, {Key: "$type", Value: "long"}}},
+		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: `^[!-~]+\z`}}},
+		{Key: "epoch", Value: bson.D{{Key: "$type", Value: "long"}, {Key: "$ne", Value: int64(0)}}},
+		{Key: "expires", Value: bson.D{{Key: "$type", Value: "date"}}},
+		{Key: "released", Value: bson.D{{Key: "$type", Value: "bool"}}},
+	}
+}
+
+// mongoFields are a document's fields other than _id.
+func mongoFields(rec lease.Record, version uint64) bson.D {
+	return bson.D{
+		{Key: "owner", Value: rec.Owner},
+		{Key: "epoch", Value: int64(rec.Epoch)}, // bit pattern: all of uint64 round-trips
+		{Key: "expires", Value: bson.NewDateTimeFromTime(rec.ExpiresAt)},
+		{Key: "released", Value: rec.Released},
+		{Key: "version", Value: int64(version)},
+	}
+}
+
+// decodeMongoRecord parses a document, refusing one with a missing or
+// wrongly typed field (R10).
+func decodeMongoRecord(raw bson.Raw) (lease.Record, uint64, error) {
+	var (
+		rec     lease.Record
+		version int64
+		ms      int64
+		epoch   int64
+		ok      bool
+	)
+	// A server sends well-formed BSON; anything else is damage, and the
+	// lookups below would read fields out of it anyway (found by fuzzing).
+	if err := raw.Validate(); err != nil {
+		return lease.Record{}, 0, corrupt("mongodb document is malformed BSON: %v", err)
+	}
+	field := func(name string) bson.RawValue {
+		v, err := raw.LookupErr(name)
+		if err != nil {
+			return bson.RawValue{}
+		}
+		return v
+	}
+	if rec.Key, ok = field("_id").StringValueOK(); !ok {
+		return lease.Record{}, 0, corrupt("mongodb document: _id is %s, want a string", mongoType(field("_id")))
+	}
+	bad := func(name, want string) error {
+		return corrupt("mongodb document %q: %s is %s, want %s", rec.Key, name, mongoType(field(name)), want)
+	}
+	if rec.Owner, ok = field("owner").StringValueOK(); !ok {
+		return lease.Record{}, 0, bad("owner", "a string")
+	}
+	if epoch, ok = field("epoch").Int64OK(); !ok {
+		return lease.Record{}, 0, bad("epoch", "a 64-bit integer")
+	}
+	if ms, ok = field("expires").DateTimeOK(); !ok {
+		return lease.Record{}, 0, bad("expires", "a date")
+	}
+	// BooleanOK reads any byte but 1 as false; BSON has only 0 and 1.
+	if rec.Released, ok = field("released").BooleanOK(); !ok || field("released").Value[0] > 1 {
+		return lease.Record{}, 0, bad("released", "a boolean")
+	}
+	if version, ok = field("version").Int64OK(); !ok || version < 1 {
+		return lease.Record{}, 0, bad("version", "a 64-bit integer from 1 up")
+	}
+	rec.Epoch = uint64(epoch)
+	rec.ExpiresAt = time.UnixMilli(ms).UTC()
+	return rec, uint64(version), nil
+}
+
+// mongoType describes a field's BSON type for an error message.
+func mongoType(v bson.RawValue) string {
+	if v.Type == 0 {
+		return "missing"
+	}
+	return fmt.Sprintf("%s %s", v.Type, v)
+}
+
+// usable checks ctx and whether the driver was closed.
+func (d *mongoDriver) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d.closed.Load() {
+		return lease.ErrClosed
+	}
+	return nil
+}
+
+// Close makes later calls fail with ErrClosed, and disconnects the client
+// if Open connected it.
+func (d *mongoDriver) Close() error {
+	if d.closed.Swap(true) || !d.ownsClient {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), mongoCheckTimeout)
+	defer cancel()
+	return d.coll.Database().Client().Disconnect(ctx)
+}
+
+// openOptions are the options Open gives NewDriver; tests add
+// AllowUnsafeServer to open FerretDB behind a serialising proxy.
+var openOptions []Option
+
+func init() {
+	lease.RegisterScheme("mongodb", openURL)
+	lease.RegisterScheme("mongodb+srv", openURL)
+}
+
+// openURL serves lease.Open for mongodb:// and mongodb+srv:// URLs: a
+// driver that owns its client. The URL's path names the database
+// (DefaultDatabase if empty), its "collection" parameter the collection
+// (DefaultCollection if absent); every other parameter is the MongoDB
+// driver's own.
+func openURL(ctx context.Context, rawURL string) (lease.Driver, error) {
+	u, err := splitMongoURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(u.uri))
+	if err != nil {
+		return nil, fmt.Errorf("lease: mongodb connect: %w", err)
+	}
+	d, err := newMongoDriver(ctx, client.Database(u.db).Collection(u.coll), openOptions)
+	if err != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), mongoCheckTimeout)
+		defer cancel()
+		_ = client.Disconnect(dctx) // the error that matters is err
+		return nil, err
+	}
+	d.ownsClient = true
+	return d, nil
+}
+
+// mongoURL is a mongodb:// URL taken apart by splitMongoURL.
+type mongoURL struct {
+	uri  string // for the MongoDB driver: without the collection parameter
+	db   string
+	coll string
+}
+
+// splitMongoURL takes the database name from a MongoDB URL's path and the
+// collection from its "collection" parameter, and returns the URL without
+// that parameter (the driver warns about options it does not know). Names
+// that MongoDB would refuse are refused here, with the URL (redacted).
+func splitMongoURL(rawURL string) (mongoURL, error) {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok || (scheme != "mongodb" && scheme != "mongodb+srv") {
+		return mongoURL{}, fmt.Errorf("lease: %q is not a mongodb:// or mongodb+srv:// URL", redact.URL(rawURL))
+	}
+	hostPath, query, _ := strings.Cut(rest, "?")
+	u := mongoURL{db: DefaultDatabase, coll: DefaultCollection}
+	// Userinfo and socket paths have their slashes escaped: the first one
+	// starts the database name.
+	if _, path, ok := strings.Cut(hostPath, "/"); ok && path != "" {
+		db, err := url.PathUnescape(path)
+		if err == nil && !validMongoDatabase(db) {
+			err = errors.New(`a database name is 1 to 63 bytes without / \ . " $ * < > : | ? space or NUL`)
+		}
+		if err != nil {
+			return mongoURL{}, fmt.Errorf("lease: database name in %q: %w", redact.URL(rawURL), err)
+		}
+		u.db = db
+	}
+	var kept []string
+	for _, p := range strings.Split(query, "&") {
+		k, v, _ := strings.Cut(p, "=")
+		if !strings.EqualFold(k, "collection") {
+			if p != "" {
+				kept = append(kept, p)
+			}
+			continue
+		}
+		coll, err := url.QueryUnescape(v)
+		if err != nil || coll == "" || strings.ContainsAny(coll, "$\x00") {
+			return mongoURL{}, fmt.Errorf("lease: bad collection name %q in %q", v, redact.URL(rawURL))
+		}
+		u.coll = coll
+	}
+	u.uri = scheme + "://" + hostPath
+	if len(kept) > 0 {
+		u.uri += "?" + strings.Join(kept, "&")
+	}
+	return u, nil
+}
+
+// validMongoDatabase reports whether MongoDB accepts name as a database.
+func validMongoDatabase(name string) bool {
+	return name != "" && len(name) < 64 && !strings.ContainsAny(name, "/\\. \"$*<>:|?\x00")
+}
+
+// corrupt makes an error matching lease.ErrCorrupt (R10).
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{lease.ErrCorrupt}, args...)...)
+}

@@ -1,0 +1,202 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/leasekit/lease"
+)
+
+// This file holds the PostgreSQL driver's batched writes and reads and its
+// listing (BatchDriver, BatchReader, ListDriver).
+
+// PutMany applies ws with one statement per postgresMaxBatch writes, each
+// write its own compare-and-swap (R12): inserts that do nothing on an
+// existing key, updates guarded by key and version. A write that did not
+// land is ErrConflict. A batch naming one key twice is applied one write
+// at a time, in order, as Put would.
+func (d *postgresDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease.PutResult, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	results := make([]lease.PutResult, len(ws))
+	if hasDuplicateKeys(ws) {
+		for i, w := range ws {
+			results[i].Version, results[i].Err = d.Put(ctx, w.Rec, w.Pre)
+		}
+		return results, nil
+	}
+	for start := 0; start < len(ws); start += postgresMaxBatch {
+		end := min(start+postgresMaxBatch, len(ws))
+		if err := d.putChunk(ctx, ws[start:end], results[start:end]); err != nil {
+			if start == 0 && end == len(ws) {
+				return nil, err // one statement: every outcome is unknown
+			}
+			for i := start; i < end; i++ {
+				results[i].Err = err
+			}
+		}
+	}
+	return results, nil
+}
+
+func hasDuplicateKeys(ws []lease.Write) bool {
+	seen := make(map[string]struct{}, len(ws))
+	for _, w := range ws {
+		if _, ok := seen[w.Rec.Key]; ok {
+			return true
+		}
+		seen[w.Rec.Key] = struct{}{}
+	}
+	return false
+}
+
+// putChunk runs the batch statement for ws and fills results. A write
+// refused before the statement keeps its own error; the others go on.
+func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results []lease.PutResult) error {
+	n := len(ws)
+	var (
+		idx      = make([]int32, 0, n)
+		keys     = make([]string, 0, n)
+		versions = make([]int64, 0, n)
+		owners   = make([]string, 0, n)
+		epochs   = make([]string, 0, n)
+		expiries = make([]time.Time, 0, n)
+		released = make([]bool, 0, n)
+	)
+	for i, w := range ws {
+		if err := checkPostgresWrite(w.Rec, w.Pre); err != nil {
+			results[i].Err = d.fail("put", err)
+			continue
+		}
+		v := int64(0) // 0: insert
+		if !w.Pre.Absent {
+			if w.Pre.Version == 0 || w.Pre.Version >= math.MaxInt64 {
+				results[i].Err = lease.ErrConflict
+				continue
+			}
+			v = int64(w.Pre.Version)
+		}
+		idx = append(idx, int32(i))
+		keys = append(keys, w.Rec.Key)
+		versions = append(versions, v)
+		owners = append(owners, w.Rec.Owner)
+		epochs = append(epochs, strconv.FormatUint(w.Rec.Epoch, 10))
+		expiries = append(expiries, w.Rec.ExpiresAt)
+		released = append(released, w.Rec.Released)
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	batchOp := fmt.Sprintf("put of %d writes", len(idx))
+	rows, err := d.db.QueryContext(ctx, d.putMany, idx, keys, versions, owners, epochs, expiries, released)
+	if err != nil {
+		return d.fail(batchOp, err)
+	}
+	defer rows.Close()
+	landed := make([]bool, n)
+	for rows.Next() {
+		var i int32
+		if err := rows.Scan(&i); err != nil {
+			return d.fail(batchOp, err)
+		}
+		if i >= 0 && int(i) < n {
+			landed[i] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return d.fail(batchOp, err)
+	}
+	for j, i := range idx {
+		switch {
+		case !landed[i]:
+			results[i].Err = lease.ErrConflict
+		case versions[j] == 0:
+			results[i].Version = 1
+		default:
+			results[i].Version = uint64(versions[j]) + 1
+		}
+	}
+	return nil
+}
+
+// GetMany reads every key in one query (key = ANY($1)). A key without a
+// row is ErrNotFound; a row that does not parse is ErrCorrupt, for its key
+// alone.
+func (d *postgresDriver) GetMany(ctx context.Context, keys []string) ([]lease.GetResult, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	results := make([]lease.GetResult, len(keys))
+	at := make(map[string][]int, len(keys))
+	for i, k := range keys {
+		at[k] = append(at[k], i)
+		results[i].Err = lease.ErrNotFound
+	}
+	rows, err := d.db.QueryContext(ctx, d.getMany, keys)
+	if err != nil {
+		return nil, d.fail(fmt.Sprintf("get of %d keys", len(keys)), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var cols [5]any
+		if err := rows.Scan(&key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]); err != nil {
+			return nil, d.fail(fmt.Sprintf("get of %d keys", len(keys)), err)
+		}
+		rec, version, err := parsePostgresRow(key, cols)
+		for _, i := range at[key] {
+			results[i] = lease.GetResult{Rec: rec, Version: version, Err: err}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.fail(fmt.Sprintf("get of %d keys", len(keys)), err)
+	}
+	return results, nil
+}
+
+// List returns up to limit records whose keys begin with prefix and sort
+// after `after`, in byte order: an index range on the key, whose
+// collation is "C". A row that does not parse comes back as a Record with
+// only its key, which the store refuses as corrupt.
+func (d *postgresDriver) List(ctx context.Context, prefix, after string, limit int) ([]lease.Record, error) {
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || !printableASCII(prefix) {
+		return nil, nil // no key (R1: printable ASCII) begins with such a prefix
+	}
+	var rows *sql.Rows
+	var err error
+	if prefix == "" {
+		rows, err = d.db.QueryContext(ctx, d.list, after, prefix, limit)
+	} else {
+		end := prefix[:len(prefix)-1] + string(prefix[len(prefix)-1]+1) // printable ASCII: no carry
+		rows, err = d.db.QueryContext(ctx, d.listTo, after, prefix, limit, end)
+	}
+	if err != nil {
+		return nil, d.fail(fmt.Sprintf("list of %q", prefix), err)
+	}
+	defer rows.Close()
+	var recs []lease.Record
+	for rows.Next() {
+		var key string
+		var cols [5]any
+		if err := rows.Scan(&key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]); err != nil {
+			return nil, d.fail(fmt.Sprintf("list of %q", prefix), err)
+		}
+		rec, _, err := parsePostgresRow(key, cols)
+		if err != nil {
+			rec = lease.Record{Key: key} // owner "" and epoch 0: checkRecord refuses it (R10)
+		}
+		recs = append(recs, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.fail(fmt.Sprintf("list of %q", prefix), err)
+	}
+	return recs, nil
+}

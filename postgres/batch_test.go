@@ -1,0 +1,220 @@
+package postgres
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/internal/pgserver"
+	"github.com/leasekit/lease/internal/testclock"
+	"github.com/leasekit/lease/internal/testkit"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// TestPostgresBatch_R12: one PutMany statement applies each write as Put
+// would, alone: fresh inserts and current versions land, an existing key
+// and a stale version conflict, a corrupt row is not overwritten, a
+// record the table cannot hold fails alone; GetMany answers per key.
+func TestPostgresBatch_R12(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	rec := func(key string, epoch uint64) lease.Record {
+		return lease.Record{Key: key, Owner: "o", Epoch: epoch, ExpiresAt: t0}
+	}
+	for _, k := range []string{"held", "stale", "corrupt"} {
+		if _, err := d.Put(ctxBG, rec(k, 1), lease.Precondition{Absent: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgExec(t, `ALTER TABLE `+d.table+` DROP CONSTRAINT `+d.table+`_owner_check`,
+		`UPDATE `+d.table+` SET owner = 'has space' WHERE key = 'corrupt'`)
+	corruptBefore := pgRow(t, d.table, "corrupt")
+	ws := []lease.Write{
+		{Rec: rec("new", 1), Pre: lease.Precondition{Absent: true}},
+		{Rec: rec("held", 2), Pre: lease.Precondition{Absent: true}},
+		{Rec: rec("held", 2), Pre: lease.Precondition{Version: 1}},
+		{Rec: rec("stale", 2), Pre: lease.Precondition{Version: 7}},
+		{Rec: rec("corrupt", 2), Pre: lease.Precondition{Version: 1}},
+		{Rec: lease.Record{Key: "bad", Owner: "o", Epoch: 0, ExpiresAt: t0}, Pre: lease.Precondition{Absent: true}},
+		{Rec: rec("new2", 1), Pre: lease.Precondition{Absent: true}},
+	}
+	ws[2].Rec.Key = "held2" // one key per batch; "held2" does not exist: conflict
+	results, err := d.PutMany(ctxBG, ws)
+	if err != nil {
+		t.Fatalf("PutMany: %v", err)
+	}
+	want := []struct {
+		version  uint64
+		conflict bool
+	}{{1, false}, {0, true}, {0, true}, {0, true}, {0, true}, {0, false}, {1, false}}
+	for i, w := range want {
+		r := results[i]
+		if r.Version != w.version || errors.Is(r.Err, lease.ErrConflict) != w.conflict || (w.version == 0 && r.Err == nil) {
+			t.Errorf("write %d (%s): %+v; want version %d, conflict %v", i, ws[i].Rec.Key, r, w.version, w.conflict)
+		}
+	}
+	if after := pgRow(t, d.table, "corrupt"); after != corruptBefore {
+		t.Errorf("corrupt row changed: %s -> %s", corruptBefore, after)
+	}
+	got, err := d.GetMany(ctxBG, []string{"new", "missing", "corrupt", "held", "new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Err != nil || got[0].Rec.Key != "new" || got[0].Version != 1 || got[4] != got[0] ||
+		!errors.Is(got[1].Err, lease.ErrNotFound) || !errors.Is(got[2].Err, lease.ErrCorrupt) || got[3].Err != nil || got[3].Rec.Epoch != 1 {
+		t.Fatalf("GetMany: %+v", got)
+	}
+
+	// Updates at the right versions, across chunks of postgresMaxBatch.
+	n := postgresMaxBatch*2 + 17
+	ws = ws[:0]
+	for i := range n {
+		ws = append(ws, lease.Write{Rec: rec(fmt.Sprintf("bulk/%05d", i), 1), Pre: lease.Precondition{Absent: true}})
+	}
+	if results, err = d.PutMany(ctxBG, ws); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ws {
+		ws[i].Rec.Epoch, ws[i].Pre = 2, lease.Precondition{Version: results[i].Version}
+	}
+	ws[5].Rec.Key = ws[4].Rec.Key // a key twice: applied in order, one at a time
+	if results, err = d.PutMany(ctxBG, ws); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if i == 5 {
+			if !errors.Is(r.Err, lease.ErrConflict) {
+				t.Errorf("second write of %s at a version the first moved: %+v; want ErrConflict", ws[i].Rec.Key, r)
+			}
+			continue
+		}
+		if r.Err != nil || r.Version != 2 {
+			t.Fatalf("bulk write %d: %+v; want version 2", i, r)
+		}
+	}
+}
+
+// TestPostgresListByteOrder_R14: List walks keys in byte order, with a
+// prefix as an index range, even in a database whose default collation
+// sorts otherwise (ICU en-US: case-insensitive, punctuation last).
+func TestPostgresListByteOrder_R14(t *testing.T) {
+	db, icu := pgserver.SharedDB(t), false
+	name := pgserver.UniqueName("lease_icu")
+	if _, err := db.Exec(`CREATE DATABASE ` + name + ` TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'`); err != nil {
+		if os.Getenv(pgserver.EnvURL) == "" {
+			t.Fatalf("creating a database with ICU collation: %v", err)
+		}
+		t.Logf("no ICU database on %s (%v): checking in the default database", pgserver.EnvURL, err)
+	} else {
+		shared := db
+		t.Cleanup(func() { shared.Exec(`DROP DATABASE ` + name + ` WITH (FORCE)`) })
+		u, _ := url.Parse(pgserver.SharedURL(t))
+		u.Path = "/" + name
+		cfg, err := pgx.ParseConfig(u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db = stdlib.OpenDB(*cfg)
+		t.Cleanup(func() { db.Close() })
+		icu = true
+	}
+	d, err := NewDriver(ctxBG, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	keys := []string{"b", "B", "a-b", "a.b", "a/b", "a:b", "a@b", "a_b", "aB", "ab", "a", "A", "_", "-", "9", "z~", "zz"}
+	for _, k := range keys {
+		if _, err := d.Put(ctxBG, lease.Record{Key: k, Owner: "o", Epoch: 1, ExpiresAt: t0}, lease.Precondition{Absent: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dbOrder []string
+	if err := db.QueryRow(`SELECT array_agg(k ORDER BY k)::text[] FROM unnest($1::text[]) AS k`, keys).Scan(pgTextArray(&dbOrder)); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys) // Go compares strings bytewise
+	if icu && slices.Equal(dbOrder, keys) {
+		t.Fatalf("the ICU database sorts %q in byte order: the test would not show that List ignores the default collation", keys)
+	}
+	for _, prefix := range []string{"", "a", "A", "a/", "z", "zz", "q", "é", "\x00"} {
+		var want []string
+		for _, k := range keys {
+			if strings.HasPrefix(k, prefix) {
+				want = append(want, k)
+			}
+		}
+		for _, limit := range []int{1, 3, 100} {
+			if got := testkit.ListPaged(t, d.(lease.ListDriver), prefix, limit); !slices.Equal(got, want) {
+				t.Errorf("List(%q) by %d = %q; want %q", prefix, limit, got, want)
+			}
+		}
+	}
+}
+
+// pgTextArray scans a text[] through database/sql.
+func pgTextArray(dst *[]string) sql.Scanner {
+	return scanFunc(func(src any) error {
+		m := pgtype.NewMap()
+		s, ok := src.(string)
+		if !ok {
+			return fmt.Errorf("text[] arrived as %T", src)
+		}
+		return m.Scan(pgtype.TextArrayOID, pgtype.TextFormatCode, []byte(s), dst)
+	})
+}
+
+type scanFunc func(src any) error
+
+func (f scanFunc) Scan(src any) error { return f(src) }
+
+// TestPostgresHoldersAndReleaseAll_R13_R14: Holders lists the live
+// holders by prefix in byte order through the driver's index range, and
+// ReleaseAll frees every key a store holds for a clean takeover.
+func TestPostgresHoldersAndReleaseAll_R13_R14(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	clock := testclock.New()
+	a, b := testkit.NewDocStore(t, d, clock, "alice"), testkit.NewDocStore(t, d, clock, "bob")
+	for _, k := range []string{"p/b", "p/A", "p/a-1", "q/x"} {
+		testkit.MustAcquire(t, a, k)
+	}
+	testkit.WantErr(t, "Release", b.Release(ctxBG, testkit.MustAcquire(t, b, "p/released")), nil)
+	clock.Advance(testkit.TTL / 2)
+	testkit.MustAcquire(t, b, "p/later")
+	clock.Advance(testkit.TTL / 2) // alice's grants expire now; bob's p/later is live
+	var got []string
+	for rec, err := range b.Holders(ctxBG, "p/") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rec.Key+"="+rec.Owner)
+	}
+	if want := []string{"p/later=bob"}; !slices.Equal(got, want) {
+		t.Fatalf("Holders(p/) after alice's expiry = %q; want %q", got, want)
+	}
+	clock.Set(testclock.New().Now())
+	got = got[:0]
+	for rec, err := range b.Holders(ctxBG, "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rec.Key)
+	}
+	if want := []string{"p/A", "p/a-1", "p/b", "p/later", "q/x"}; !slices.Equal(got, want) {
+		t.Fatalf("Holders(\"\") = %q; want %q, in byte order", got, want)
+	}
+	testkit.WantErr(t, "ReleaseAll", a.ReleaseAll(ctxBG), nil)
+	for _, k := range []string{"p/b", "p/A", "p/a-1", "q/x"} {
+		if g := testkit.MustAcquire(t, b, k); g.Epoch != 2 || g.PreviousUnclean {
+			t.Fatalf("acquire of %s after ReleaseAll = %+v; want a clean epoch 2", k, g)
+		}
+	}
+}

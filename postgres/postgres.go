@@ -1,0 +1,637 @@
+// Package postgres is the PostgreSQL document driver of package lease: one
+// row per key in a table, for processes on many hosts
+// (github.com/jackc/pgx/v5). It imports no other database library.
+//
+// Importing it registers the "postgres://" and "postgresql://" schemes
+// with lease.Open:
+//
+//	import _ "github.com/leasekit/lease/postgres"
+//
+//	s, err := lease.Open(ctx, "postgres://app@db1,db2/app?target_session_attrs=read-write&table=leases")
+//
+// Open returns a driver that owns its pool; NewDriver makes one on a pool
+// you already have. Durability checks and failover: docs/postgres.md in the
+// repository. The rules it keeps (R1–R17): docs/contract.md.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/internal/rules"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// The PostgreSQL layout is one table, one row per key, that psql shows as
+// it is (psql -c 'TABLE leases'):
+//
+//	key       text COLLATE "C"  the leased key (R1), the primary key; byte order
+//	owner     text              the owner id of the last grant
+//	epoch     numeric(20,0)     the fencing token: the whole uint64 range, as a number
+//	expires   timestamptz       when the grant ends, by the store's clock (microseconds)
+//	released  boolean           true once the holder released the key
+//	version   bigint            the compare-and-swap version: 1 on insert, +1 on every write
+//
+// The table's constraints refuse rows that no store writes (NULLs, epoch
+// 0 or above 2^64-1, an infinite expiry, version below 1). The driver does
+// not rely on them: it parses every row it reads and refuses a bad one
+// with ErrCorrupt (R10), and its UPDATE matches only rows it would parse,
+// so that a row corrupted behind a holder's back is never overwritten.
+const postgresCreateTable = `CREATE TABLE IF NOT EXISTS %[1]s (
+	key      text COLLATE "C" PRIMARY KEY,
+	owner    text COLLATE "C" NOT NULL CHECK (octet_length(owner) BETWEEN 1 AND 256 AND owner !~ '[^!-~]'),
+	epoch    numeric(20,0) NOT NULL CHECK (epoch BETWEEN 1 AND 18446744073709551615),
+	expires  timestamptz NOT NULL CHECK (isfinite(expires)),
+	released boolean NOT NULL,
+	version  bigint NOT NULL CHECK (version >= 1)
+)`
+
+// DefaultTable is the table Open and NewDriver use
+// unless Table names another.
+const DefaultTable = "leases"
+
+// postgresColumns is the shape the driver accepts, in order: name, type as
+// format_type spells it, and whether the column is the primary key. The
+// key must also compare in byte order (collation "C"), so that List's
+// ranges and order are R14's.
+var postgresColumns = []postgresColumn{
+	{"key", "text", true},
+	{"owner", "text", false},
+	{"epoch", "numeric(20,0)", false},
+	{"expires", "timestamp with time zone", false},
+	{"released", "boolean", false},
+	{"version", "bigint", false},
+}
+
+type postgresColumn struct {
+	name, typ string
+	pk        bool
+}
+
+func (c postgresColumn) String() string {
+	if c.pk {
+		return c.name + " " + c.typ + " PRIMARY KEY"
+	}
+	return c.name + " " + c.typ
+}
+
+// postgresMaxBatch bounds how many writes one PutMany statement carries,
+// so that one statement does not hold thousands of row locks for long.
+const postgresMaxBatch = 1000
+
+// postgresIdleConns is how many idle connections Open's pool
+// keeps (database/sql keeps 2), so that a burst of calls on many keys
+// does not close and reopen connections.
+const postgresIdleConns = 10
+
+// Option configures Open and NewDriver.
+type Option func(*config)
+
+type config struct {
+	table string
+}
+
+// Table makes the driver keep its records in the named table
+// (default DefaultTable), found through the connection's
+// search_path and created there if it does not exist. The name must be a
+// plain lower-case identifier: a letter or underscore, then letters,
+// digits or underscores, at most 63 bytes.
+func Table(name string) Option {
+	return func(c *config) { c.table = name }
+}
+
+// checkPostgresTable refuses a table name that is not a plain identifier.
+func checkPostgresTable(name string) error {
+	ok := name != "" && len(name) <= 63
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = c == '_' || 'a' <= c && c <= 'z' || i > 0 && '0' <= c && c <= '9'
+	}
+	if !ok {
+		return fmt.Errorf("lease: postgres table name %q is not a plain identifier "+
+			"(a lower-case letter or _, then lower-case letters, digits or _, at most 63 bytes)", name)
+	}
+	return nil
+}
+
+// postgresDriver keeps one row per key in a PostgreSQL table. Every write
+// is one statement in its own transaction at the server's default
+// isolation: no advisory locks, no retries.
+type postgresDriver struct {
+	db      *sql.DB
+	table   string // as given; quoted in the statements
+	ownsDB  bool   // made by Open: Close closes db
+	closed  atomic.Bool
+	get     string
+	getMany string
+	insert  string
+	update  string
+	putMany string
+	list    string // keys after $1, from prefix $2 on, at most $3
+	listTo  string // the same, before $4 (the end of the prefix range)
+}
+
+var (
+	_ lease.BatchDriver = (*postgresDriver)(nil)
+	_ lease.BatchReader = (*postgresDriver)(nil)
+	_ lease.ListDriver  = (*postgresDriver)(nil)
+)
+
+// Open connects to the PostgreSQL server that url names
+// ("postgres://user:pass@host:5432/db?sslmode=verify-full", or a
+// key=value connection string) through pgx, and returns a driver that owns
+// the connection pool: Close closes it. Every connection the pool opens is
+// checked as NewDriver checks its first one, so that a failover to
+// a server that would not keep grants durable is refused.
+//
+// The pool keeps up to 10 idle connections; use NewDriver with a
+// pool of your own to size it otherwise.
+//
+// A "table" query parameter of a postgres:// or postgresql:// URL names
+// the table, as Table does (a Table option wins), and is not sent to the
+// server.
+//
+// A multi-host URL with target_session_attrs=read-write
+// ("postgres://a:5432,b:5432/db?target_session_attrs=read-write") follows
+// a primary across a failover.
+func Open(ctx context.Context, url string, opts ...Option) (lease.Driver, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	url, table, err := splitPostgresURL(url)
+	if err != nil {
+		return nil, err
+	}
+	if table != "" { // before opts: a Table option names the table over the URL
+		opts = append([]Option{Table(table)}, opts...)
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("lease: postgres: %w", err)
+	}
+	db := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+		return checkPostgresDurability(ctx, c)
+	}))
+	db.SetMaxIdleConns(postgresIdleConns)
+	d, err := newPostgresDriver(ctx, db, opts)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	d.ownsDB = true
+	return d, nil
+}
+
+// NewDriver returns a driver that keeps leases in a table of the
+// database that db (a pool of the caller's, for example from pgx's stdlib
+// package) connects to. Close leaves db open: the caller owns it.
+//
+// It checks, on one connection, that the server keeps a grant durable
+// before it is returned (R2): fsync on, synchronous_commit not off, and,
+// when the server has synchronous standbys (synchronous_standby_names),
+// synchronous_commit on or remote_apply, so that a commit has reached a
+// standby's disk. See docs/postgres.md. It then creates the table if it is
+// missing, and refuses one of another shape without changing it.
+func NewDriver(ctx context.Context, db *sql.DB, opts ...Option) (lease.Driver, error) {
+	if db == nil {
+		return nil, errors.New("lease: postgres.NewDriver given a nil *sql.DB")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return newPostgresDriver(ctx, db, opts)
+}
+
+func newPostgresDriver(ctx context.Context, db *sql.DB, opts []Option) (*postgresDriver, error) {
+	cfg := config{table: DefaultTable}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkPostgresTable(cfg.table); err != nil {
+		return nil, err
+	}
+	d := newPostgresStatements(db, cfg.table)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lease: postgres: connecting: %w", err)
+	}
+	defer conn.Close()
+	err = conn.Raw(func(dc any) error {
+		pc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("the *sql.DB's driver is %T, want pgx's stdlib (github.com/jackc/pgx/v5/stdlib)", dc)
+		}
+		return checkPostgresDurability(ctx, pc.Conn())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease: postgres: %w", err)
+	}
+	if err := setupPostgresTable(ctx, conn, cfg.table); err != nil {
+		return nil, fmt.Errorf("lease: postgres table %q: %w", cfg.table, err)
+	}
+	return d, nil
+}
+
+// newPostgresStatements makes the driver's statements for table.
+func newPostgresStatements(db *sql.DB, table string) *postgresDriver {
+	t := pgx.Identifier{table}.Sanitize()
+	const cols = `owner, epoch, expires, released, version`
+	// parsable is what the UPDATE requires of the row besides its version:
+	// that Get would parse it and the store accept it (R10).
+	const parsable = `octet_length(l.owner) BETWEEN 1 AND 256 AND l.owner !~ '[^!-~]'
+		AND l.epoch BETWEEN 1 AND 18446744073709551615
+		AND isfinite(l.expires) AND l.released IS NOT NULL`
+	return &postgresDriver{
+		db:      db,
+		table:   table,
+		get:     `SELECT ` + cols + ` FROM ` + t + ` WHERE key = $1`,
+		getMany: `SELECT key, ` + cols + ` FROM ` + t + ` WHERE key = ANY($1)`,
+		insert: `INSERT INTO ` + t + ` (key, ` + cols + `) VALUES ($1, $2, $3, $4, $5, 1)
+			ON CONFLICT (key) DO NOTHING`,
+		update: `UPDATE ` + t + ` AS l SET owner = $3, epoch = $4, expires = $5, released = $6, version = $2 + 1
+			WHERE l.key = $1 AND l.version = $2 AND ` + parsable,
+		// One statement for a whole batch: the inserts and the guarded
+		// updates of every write, each row its own compare-and-swap, in
+		// one transaction. It returns the index of every write that landed.
+		putMany: `WITH w AS (
+			SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::text[], $5::numeric[], $6::timestamptz[], $7::bool[])
+				AS w(i, key, version, owner, epoch, expires, released)),
+		ins AS (
+			INSERT INTO ` + t + ` (key, ` + cols + `)
+			SELECT key, owner, epoch, expires, released, 1 FROM w WHERE version = 0
+			ON CONFLICT (key) DO NOTHING RETURNING key),
+		upd AS (
+			UPDATE ` + t + ` AS l SET owner = w.owner, epoch = w.epoch, expires = w.expires, released = w.released,
+				version = w.version + 1
+			FROM w WHERE w.version > 0 AND l.key = w.key AND l.version = w.version AND ` + parsable + `
+			RETURNING w.i)
+		SELECT w.i FROM ins JOIN w ON w.key = ins.key AND w.version = 0
+		UNION ALL SELECT i FROM upd`,
+		list: `SELECT key, ` + cols + ` FROM ` + t + ` WHERE key > $1 AND key >= $2
+			ORDER BY key LIMIT $3`,
+		listTo: `SELECT key, ` + cols + ` FROM ` + t + ` WHERE key > $1 AND key >= $2 AND key < $4
+			ORDER BY key LIMIT $3`,
+	}
+}
+
+// checkPostgresDurability refuses a session whose commits could return
+// before they are durable (R2), reading the settings on c.
+func checkPostgresDurability(ctx context.Context, c *pgx.Conn) error {
+	var syncCommit, standbys, fsync string
+	var inRecovery bool
+	err := c.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+		current_setting('fsync'), pg_is_in_recovery()`).Scan(&syncCommit, &standbys, &fsync, &inRecovery)
+	if err != nil {
+		return fmt.Errorf("reading the durability settings: %w", err)
+	}
+	return postgresDurable(syncCommit, standbys, fsync, inRecovery)
+}
+
+// postgresDurable judges the settings that decide whether a committed
+// write survives a crash of the server, and a failover to a synchronous
+// standby, before the commit returns (R2).
+func postgresDurable(syncCommit, standbys, fsync string, inRecovery bool) error {
+	switch {
+	case inRecovery:
+		return errors.New("the server is a standby in recovery, which cannot take writes; " +
+			"connect to the primary (a multi-host URL with target_session_attrs=read-write finds it)")
+	case fsync != "on":
+		return fmt.Errorf("fsync is %s: a grant would not survive a crash of the server (R2)", fsync)
+	case syncCommit == "off":
+		return errors.New("synchronous_commit is off: a grant could be returned before it is on disk (R2); " +
+			"set it to on for the lease role or database")
+	case strings.TrimSpace(standbys) != "" && syncCommit != "on" && syncCommit != "remote_apply":
+		return fmt.Errorf("synchronous_commit is %s while synchronous_standby_names is %q: a grant could be "+
+			"returned before a synchronous standby has it on disk, and a failover would lose it (R2); "+
+			"set synchronous_commit to on or remote_apply", syncCommit, standbys)
+	}
+	return nil
+}
+
+// setupPostgresTable creates the table when it is missing and checks its
+// shape. Several processes may do this at once on an empty database:
+// CREATE TABLE IF NOT EXISTS can then fail on the catalog's unique index
+// or on the table's row type, and a second look finds the table the
+// winner made.
+func setupPostgresTable(ctx context.Context, conn *sql.Conn, table string) error {
+	for attempt := 0; ; attempt++ {
+		cols, exists, err := postgresTableColumns(ctx, conn, table)
+		if err != nil {
+			return err
+		}
+		if exists {
+			return checkPostgresColumns(cols)
+		}
+		_, err = conn.ExecContext(ctx, fmt.Sprintf(postgresCreateTable, pgx.Identifier{table}.Sanitize()))
+		// unique_violation, duplicate_table, duplicate_object (its row type)
+		if err != nil && attempt < 3 && isPostgresCode(err, "23505", "42P07", "42710") {
+			continue // another process created it at the same instant
+		}
+		if err != nil {
+			return fmt.Errorf("creating it: %w", err)
+		}
+	}
+}
+
+// postgresTableColumns reads table's columns, in order; exists is false
+// when the search path has no relation of that name.
+func postgresTableColumns(ctx context.Context, conn *sql.Conn, table string) (cols []postgresColumn, exists bool, err error) {
+	var kind string
+	err = conn.QueryRowContext(ctx, `SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`,
+		pgx.Identifier{table}.Sanitize()).Scan(&kind)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("looking it up: %w", err)
+	case kind != "r" && kind != "p":
+		return nil, true, fmt.Errorf("%q is not a table (pg_class.relkind %q); name another with Table", table, kind)
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT a.attname::text, format_type(a.atttypid, a.atttypmod),
+		COALESCE(i.indisprimary AND i.indnatts = 1, false), COALESCE(c.collname::text, '')
+		FROM pg_attribute a
+		LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary AND i.indkey[0] = a.attnum
+		LEFT JOIN pg_collation c ON c.oid = a.attcollation
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, pgx.Identifier{table}.Sanitize())
+	if err != nil {
+		return nil, true, fmt.Errorf("reading its columns: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c postgresColumn
+		var coll string
+		if err := rows.Scan(&c.name, &c.typ, &c.pk, &coll); err != nil {
+			return nil, true, fmt.Errorf("reading its columns: %w", err)
+		}
+		if c.name == "key" && coll != "C" {
+			c.typ += fmt.Sprintf(" COLLATE %q", coll) // the shape check refuses it
+		}
+		cols = append(cols, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, true, fmt.Errorf("reading its columns: %w", err)
+	}
+	return cols, true, nil
+}
+
+// checkPostgresColumns refuses a table of another shape, naming both.
+func checkPostgresColumns(cols []postgresColumn) error {
+	ok := len(cols) == len(postgresColumns)
+	for i := 0; ok && i < len(cols); i++ {
+		ok = cols[i] == postgresColumns[i]
+	}
+	if ok {
+		return nil
+	}
+	have := make([]string, len(cols))
+	for i, c := range cols {
+		have[i] = c.String()
+	}
+	want := make([]string, len(postgresColumns))
+	for i, c := range postgresColumns {
+		want[i] = c.String()
+	}
+	return fmt.Errorf("the table has columns (%s), want (%s) with key in COLLATE \"C\"; "+
+		"it was not made by this library: name another with Table", strings.Join(have, ", "), strings.Join(want, ", "))
+}
+
+// isPostgresCode reports whether err is a server error with one of codes.
+func isPostgresCode(err error, codes ...string) bool {
+	var pe interface{ SQLState() string }
+	if !errors.As(err, &pe) {
+		return false
+	}
+	for _, c := range codes {
+		if pe.SQLState() == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Name returns "postgres".
+func (d *postgresDriver) Name() string { return "postgres" }
+
+// Capabilities: PostgreSQL coordinates every process and host that reaches
+// the server, and timestamptz keeps microseconds.
+func (d *postgresDriver) Capabilities() lease.Capabilities {
+	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Microsecond}
+}
+
+// Get reads key's record. A row with a NULL or out-of-range column is an
+// error matching ErrCorrupt, and is left as it is (R10).
+func (d *postgresDriver) Get(ctx context.Context, key string) (lease.Record, uint64, error) {
+	if err := d.usable(ctx); err != nil {
+		return lease.Record{}, 0, err
+	}
+	var cols [5]any
+	err := d.db.QueryRowContext(ctx, d.get, key).Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return lease.Record{}, 0, lease.ErrNotFound
+	case err != nil:
+		return lease.Record{}, 0, d.fail("get", err)
+	}
+	return parsePostgresRow(key, cols)
+}
+
+// parsePostgresRow turns the columns owner, epoch, expires, released and
+// version into a record, refusing any value this driver would not write.
+func parsePostgresRow(key string, cols [5]any) (lease.Record, uint64, error) {
+	bad := func(name string, want string) error {
+		return corrupt("postgres row %q: %s is %s, want %s", key, name, postgresValue(cols, name), want)
+	}
+	owner, ok := cols[0].(string)
+	if !ok || rules.CheckOwner(owner) != nil {
+		return lease.Record{}, 0, bad("owner", "1 to 256 bytes of printable ASCII without spaces")
+	}
+	epochText, _ := cols[1].(string)
+	epoch, err := strconv.ParseUint(epochText, 10, 64)
+	if err != nil || epoch == 0 {
+		return lease.Record{}, 0, bad("epoch", "a whole number from 1 to 18446744073709551615")
+	}
+	expires, ok := cols[2].(time.Time)
+	if !ok {
+		return lease.Record{}, 0, bad("expires", "a finite timestamptz")
+	}
+	released, ok := cols[3].(bool)
+	if !ok {
+		return lease.Record{}, 0, bad("released", "a boolean")
+	}
+	version, ok := cols[4].(int64)
+	if !ok || version < 1 {
+		return lease.Record{}, 0, bad("version", "a bigint from 1 up")
+	}
+	rec := lease.Record{Key: key, Owner: owner, Epoch: epoch, ExpiresAt: expires.UTC(), Released: released}
+	return rec, uint64(version), nil
+}
+
+// postgresValue describes column name's value for an error message.
+func postgresValue(cols [5]any, name string) string {
+	i := map[string]int{"owner": 0, "epoch": 1, "expires": 2, "released": 3, "version": 4}[name]
+	switch v := cols[i].(type) {
+	case nil:
+		return "NULL"
+	case string:
+		return strconv.Quote(v)
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+// Put writes rec in one statement if pre holds: an INSERT that does
+// nothing when the key exists (Absent), or an UPDATE guarded by the
+// version. No row written means the precondition failed: ErrConflict. It
+// returns once the commit is durable (see NewDriver).
+func (d *postgresDriver) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
+	if err := d.usable(ctx); err != nil {
+		return 0, err
+	}
+	if err := checkPostgresWrite(rec, pre); err != nil {
+		return 0, d.fail("put", err)
+	}
+	var (
+		res  sql.Result
+		err  error
+		next uint64 = 1
+	)
+	switch {
+	case pre.Absent:
+		res, err = d.db.ExecContext(ctx, d.insert, rec.Key, rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released)
+	case pre.Version == 0 || pre.Version >= math.MaxInt64:
+		return 0, lease.ErrConflict // no stored row has such a version (checkPostgresWrite refused MaxInt64)
+	default:
+		next = pre.Version + 1
+		res, err = d.db.ExecContext(ctx, d.update, rec.Key, int64(pre.Version), rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released)
+	}
+	if err != nil {
+		return 0, d.fail("put", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, d.fail("put", err)
+	}
+	if n == 0 {
+		return 0, lease.ErrConflict
+	}
+	return next, nil
+}
+
+// checkPostgresWrite refuses, before the server sees it, a record the
+// table could not hold: the error names the field instead of failing a
+// whole batch on the server.
+func checkPostgresWrite(rec lease.Record, pre lease.Precondition) error {
+	switch {
+	case rec.Key == "" || strings.IndexByte(rec.Key, 0) >= 0:
+		return fmt.Errorf("key %q cannot be stored", rec.Key)
+	case rules.CheckOwner(rec.Owner) != nil:
+		return fmt.Errorf("owner %q cannot be stored", rec.Owner)
+	case rec.Epoch == 0:
+		return errors.New("epoch 0 cannot be stored")
+	case rec.ExpiresAt.Year() < 1 || rec.ExpiresAt.Year() > 294275:
+		return fmt.Errorf("expiry %v is outside PostgreSQL's timestamptz range", rec.ExpiresAt)
+	case !pre.Absent && pre.Version == math.MaxInt64:
+		return fmt.Errorf("version %d is the largest a bigint holds", pre.Version)
+	}
+	return nil
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// usable checks ctx and whether the driver was closed.
+func (d *postgresDriver) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d.closed.Load() {
+		return lease.ErrClosed
+	}
+	return nil
+}
+
+// fail wraps a database error; after Close it is ErrClosed. A write error
+// leaves the outcome unknown, and the store re-reads (R9). The store's
+// error names the key, so this one does not.
+func (d *postgresDriver) fail(op string, err error) error {
+	if d.closed.Load() {
+		return lease.ErrClosed
+	}
+	return fmt.Errorf("postgres table %s: %s: %w", d.table, op, err)
+}
+
+// Close makes later calls fail with ErrClosed, and closes the pool if
+// Open made it.
+func (d *postgresDriver) Close() error {
+	if d.closed.Swap(true) || !d.ownsDB {
+		return nil
+	}
+	return d.db.Close()
+}
+
+// splitPostgresURL takes the "table" query parameter out of a postgres://
+// or postgresql:// URL, so that it is not sent to the server as a run-time
+// parameter; table is "" when the URL has none. A key=value connection
+// string comes back as it is.
+func splitPostgresURL(rawURL string) (connURL, table string, err error) {
+	if !strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") {
+		return rawURL, "", nil
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", "", fmt.Errorf("lease: postgres URL: %w", redactPostgresErr(err, rawURL))
+	}
+	q := u.Query()
+	vs, ok := q["table"]
+	if !ok {
+		return rawURL, "", nil
+	}
+	if len(vs) != 1 || vs[0] == "" {
+		return "", "", fmt.Errorf("lease: postgres URL %s: want one table parameter with a name, got %q", u.Redacted(), vs)
+	}
+	q.Del("table")
+	u.RawQuery = q.Encode()
+	return u.String(), vs[0], nil
+}
+
+// redactPostgresErr drops the URL (and its password) from a url.Error.
+func redactPostgresErr(err error, rawURL string) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func init() {
+	lease.RegisterScheme("postgres", openURL)
+	lease.RegisterScheme("postgresql", openURL)
+}
+
+// openURL serves lease.Open for postgres:// and postgresql:// URLs.
+func openURL(ctx context.Context, url string) (lease.Driver, error) {
+	return Open(ctx, url)
+}
+
+// corrupt makes an error matching lease.ErrCorrupt (R10).
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{lease.ErrCorrupt}, args...)...)
+}

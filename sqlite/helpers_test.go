@@ -1,0 +1,5 @@
+package sqlite
+
+import "context"
+
+var ctxBG = context.Background()

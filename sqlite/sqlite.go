@@ -1,0 +1,586 @@
+// Package sqlite is the SQLite document driver of package lease: one
+// table in one file, shared by every process of a host (modernc.org/sqlite,
+// pure Go, no cgo). It imports no other database library.
+//
+// Importing it registers the "sqlite:" scheme with lease.Open:
+//
+//	import _ "github.com/leasekit/lease/sqlite"
+//
+//	s, err := lease.Open(ctx, "sqlite:/var/lib/app/leases.db")
+//
+// Open returns the driver itself, for a store built with
+// lease.NewDocumentStore. The layout, durability and what it refuses:
+// docs/sqlite.md in the repository. The rules it keeps (R1–R17):
+// docs/contract.md.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasekit/lease"
+
+	"modernc.org/sqlite" // the "sqlite" database/sql driver: pure Go, no cgo
+)
+
+// The SQLite layout is one table that the sqlite3 shell reads directly:
+//
+//	key         TEXT     the leased key (R1), the primary key
+//	owner       TEXT     the owner id of the last grant
+//	epoch       INTEGER  the fencing token (see below)
+//	expires_ms  INTEGER  when the grant ends, in Unix milliseconds of the store's clock
+//	released    INTEGER  1 once the holder released the key, else 0
+//	version     INTEGER  the compare-and-swap version: 1 on insert, +1 on every write
+//
+// SQLite integers are signed 64-bit, epochs are uint64: an epoch is stored
+// as the int64 with the same bits. Every epoch below 2^63 reads as itself;
+// the top half reads as epoch - 2^64 (math.MaxUint64 is -1). Nothing
+// compares epochs in SQL, so the full range round-trips (R2).
+//
+// PRAGMA user_version holds the schema version (sqliteSchemaVersion), so
+// that a later release can tell which layout a file has and migrate it.
+//
+//	sqlite3 leases.db "SELECT key, owner, epoch, datetime(expires_ms/1000, 'unixepoch'), released FROM leases"
+const (
+	sqliteSchemaVersion = 1
+	sqliteCreateTable   = `CREATE TABLE leases (
+	key        TEXT    NOT NULL PRIMARY KEY,
+	owner      TEXT    NOT NULL,
+	epoch      INTEGER NOT NULL,
+	expires_ms INTEGER NOT NULL,
+	released   INTEGER NOT NULL,
+	version    INTEGER NOT NULL
+) WITHOUT ROWID`
+
+	sqliteGet    = `SELECT owner, epoch, expires_ms, released, version FROM leases WHERE key = ?`
+	sqliteRowsIn = `SELECT key, owner, epoch, expires_ms, released, version FROM leases WHERE key IN (%s)`
+	// sqliteList is an index range on the primary key. The key column has
+	// the BINARY collation (memcmp), so ORDER BY key is ascending byte
+	// order and the range [prefix, successor(prefix)) is exactly the keys
+	// that begin with prefix. ?2 is NULL when prefix has no successor.
+	sqliteList = `SELECT key, owner, epoch, expires_ms, released, version FROM leases
+	WHERE key >= ?1 AND (?2 IS NULL OR key < ?2) AND key > ?3 ORDER BY key LIMIT ?4`
+	sqliteInsert = `INSERT INTO leases (key, owner, epoch, expires_ms, released, version)
+	VALUES (?, ?, ?, ?, ?, 1) ON CONFLICT (key) DO NOTHING`
+	// The update also requires the row to be one that Get parses and the
+	// store accepts, so that a row corrupted behind a holder's back is not
+	// overwritten by its Renew or Release: the conflict makes the store
+	// re-read and fail with ErrCorrupt (R10).
+	sqliteUpdate = `UPDATE leases SET owner = ?, epoch = ?, expires_ms = ?, released = ?, version = ?
+	WHERE key = ? AND version = ? AND typeof(version) = 'integer'
+	AND typeof(owner) = 'text' AND length(owner) BETWEEN 1 AND 256 AND owner NOT GLOB '*[^!-~]*'
+	AND typeof(epoch) = 'integer' AND epoch <> 0
+	AND typeof(expires_ms) = 'integer' AND typeof(released) = 'integer' AND released IN (0, 1)`
+)
+
+// sqliteColumns is the shape Open accepts: names and declared types
+// in order; only key is the primary key.
+var sqliteColumns = []sqliteColumn{
+	{"key", "TEXT", true},
+	{"owner", "TEXT", false},
+	{"epoch", "INTEGER", false},
+	{"expires_ms", "INTEGER", false},
+	{"released", "INTEGER", false},
+	{"version", "INTEGER", false},
+}
+
+type sqliteColumn struct {
+	name, typ string
+	pk        bool
+}
+
+func (c sqliteColumn) String() string {
+	if c.pk {
+		return c.name + " " + c.typ + " PRIMARY KEY"
+	}
+	return c.name + " " + c.typ
+}
+
+// sqliteNotADB is SQLite's result code for a file that is not a database.
+const sqliteNotADB = 26
+
+// sqliteBusyTimeout is how long a write waits for another connection or
+// process to finish its write before failing with SQLITE_BUSY.
+const sqliteBusyTimeout = 5 * time.Second
+
+// Open opens the SQLite database file at path as a Driver, creating
+// the file and its leases table if they do not exist. Several processes on
+// one host may open the same file; their stores then lease from each other.
+//
+// Every write is durable before it returns (WAL with synchronous=FULL): a
+// grant survives a crash or power loss (R2). A write that finds another
+// process writing waits up to five seconds for it, then fails with an error
+// that the store reports as a *StorageError.
+//
+// Open refuses, without changing anything, a path in a missing
+// directory, a directory, a file that is not an SQLite database, and a
+// database whose leases table or schema version this library did not write.
+// Use a file of its own for leases. Do not open the file with other code in
+// the same process (os.Open and Close would drop SQLite's POSIX locks).
+func Open(path string) (lease.Driver, error) {
+	return openSQLite(path, sqliteBusyTimeout)
+}
+
+// openSQLite is Open with a chosen busy timeout, for tests.
+func openSQLite(path string, busy time.Duration) (lease.Driver, error) {
+	abs, err := checkSQLitePath(path)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", sqliteDSN(abs, busy))
+	if err != nil {
+		return nil, fmt.Errorf("lease: sqlite %s: %w", abs, err)
+	}
+	// One connection: this process's writers queue in database/sql, which
+	// hands over at once, instead of in SQLite's busy handler, which polls
+	// with sleeps of up to 100 ms. Writes serialise on the file's write
+	// lock anyway, and a read costs microseconds.
+	db.SetMaxOpenConns(1)
+	d := &sqliteDriver{db: db, path: abs}
+	// The open's deadline: as long as a write may wait for the lock.
+	ctx, cancel := context.WithTimeout(context.Background(), max(busy, time.Second))
+	defer cancel()
+	if err := d.setup(ctx); err != nil {
+		db.Close()
+		var se *sqlite.Error
+		if errors.As(err, &se) && se.Code()&0xff == sqliteNotADB {
+			return nil, fmt.Errorf("lease: sqlite %s is not an SQLite database: %w", abs, err)
+		}
+		return nil, fmt.Errorf("lease: sqlite %s: %w", abs, err)
+	}
+	return d, nil
+}
+
+// checkSQLitePath turns the bad paths SQLite would report vaguely ("unable
+// to open database file") into clear errors, using only stat so that no
+// descriptor on the database is opened and closed behind SQLite's back.
+func checkSQLitePath(path string) (string, error) {
+	if path == "" {
+		return "", errors.New("lease: sqlite: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("lease: sqlite %s: %w", path, err)
+	}
+	dir := filepath.Dir(abs)
+	switch fi, err := os.Stat(dir); {
+	case err != nil:
+		return "", fmt.Errorf("lease: sqlite %s: directory %s: %w", abs, dir, err)
+	case !fi.IsDir():
+		return "", fmt.Errorf("lease: sqlite %s: %s is not a directory", abs, dir)
+	}
+	switch fi, err := os.Stat(abs); {
+	case errors.Is(err, os.ErrNotExist):
+		return abs, nil // SQLite creates it
+	case err != nil:
+		return "", fmt.Errorf("lease: sqlite %s: %w", abs, err)
+	case fi.IsDir():
+		return "", fmt.Errorf("lease: sqlite %s is a directory, want a database file", abs)
+	case !fi.Mode().IsRegular():
+		return "", fmt.Errorf("lease: sqlite %s is not a regular file (mode %s)", abs, fi.Mode())
+	}
+	return abs, nil
+}
+
+// sqliteDSN names the file as a URI, so that any byte of the path is
+// escaped, with the per-connection pragmas that every pooled connection
+// runs when it opens, and BEGIN IMMEDIATE for transactions (PutMany), so
+// that a batch waits for the write lock at its start under the busy
+// timeout instead of failing when it upgrades a read. journal_mode is not
+// among the pragmas: it is a persistent change to the file, made by setup
+// only after the file has been checked.
+func sqliteDSN(abs string, busy time.Duration) string {
+	q := url.Values{"_pragma": {
+		fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
+		"synchronous(FULL)",
+	}, "_txlock": {"immediate"}} // a batch takes the write lock at BEGIN, waiting as a write does
+	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: q.Encode()}).String()
+}
+
+// sqliteDriver is a Driver over one SQLite file. It is safe for concurrent
+// use: database/sql serialises the calls on its one connection.
+type sqliteDriver struct {
+	db      *sql.DB
+	path    string
+	get     *sql.Stmt
+	insert  *sql.Stmt
+	update  *sql.Stmt
+	list    *sql.Stmt
+	closed  atomic.Bool
+	commits atomic.Int64 // PutMany's transactions, for the benchmarks' round-trip counts
+}
+
+var (
+	_ lease.BatchDriver = (*sqliteDriver)(nil)
+	_ lease.BatchReader = (*sqliteDriver)(nil)
+	_ lease.ListDriver  = (*sqliteDriver)(nil)
+)
+
+// setup checks the file and its schema, creates the table when the file is
+// new, switches the file to WAL and prepares the statements. It writes
+// nothing to a file it refuses.
+func (d *sqliteDriver) setup(ctx context.Context) error {
+	if err := d.setupFile(ctx); err != nil {
+		return err
+	}
+	var err error
+	for _, p := range []struct {
+		stmt  **sql.Stmt
+		query string
+	}{{&d.get, sqliteGet}, {&d.insert, sqliteInsert}, {&d.update, sqliteUpdate}, {&d.list, sqliteList}} {
+		if *p.stmt, err = d.db.PrepareContext(ctx, p.query); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setupFile does setup's checks and changes on one connection, which it
+// gives back to the pool (of one) when done. Several processes may open a
+// new file at the same instant: the check and the creation are one
+// transaction under the write lock, so each opener sees either nothing or
+// the whole schema, and the switch to WAL is retried while another opener
+// holds the lock it needs.
+func (d *sqliteDriver) setupFile(ctx context.Context) error {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := ensureSQLiteSchema(ctx, conn); err != nil {
+		return err
+	}
+	return switchToWAL(ctx, conn)
+}
+
+// switchToWAL makes the file's journal WAL, a persistent change. The
+// change needs the file to itself, and SQLite does not run the busy
+// handler for it, so a SQLITE_BUSY (another opener reading or writing) is
+// retried with short pauses until ctx ends.
+func switchToWAL(ctx context.Context, conn *sql.Conn) error {
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err == nil && strings.EqualFold(mode, "wal") {
+		return nil // already WAL: nothing to switch, no lock needed
+	}
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		var mode string
+		err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
+		switch {
+		case err == nil && !strings.EqualFold(mode, "wal"):
+			return fmt.Errorf("journal mode is %q after switching to WAL; is the file on a network file system?", mode)
+		case err == nil:
+			return nil
+		case !isSQLiteBusy(err):
+			return fmt.Errorf("switching to WAL: %w", err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("switching to WAL: %w (still busy when the open's deadline passed: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// isSQLiteBusy reports SQLITE_BUSY or SQLITE_LOCKED, with extended codes.
+func isSQLiteBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code()&0xff == 5 || se.Code()&0xff == 6)
+}
+
+// checkSQLiteSchema reads the schema version and the leases table's shape.
+// It reports create when the file has neither, and an error when they are
+// not what this library writes.
+func checkSQLiteSchema(ctx context.Context, conn *sql.Conn) (create bool, err error) {
+	var version int64
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return false, fmt.Errorf("reading the schema version: %w", err)
+	}
+	cols, err := sqliteTableColumns(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case len(cols) == 0 && version == 0:
+		return true, nil
+	case len(cols) == 0:
+		return false, fmt.Errorf("user_version is %d but there is no leases table: the file belongs to another program; "+
+			"use a database file of its own for leases", version)
+	case version == 0:
+		return false, fmt.Errorf("a leases table exists, but user_version is 0: it was not made by this library")
+	case version > sqliteSchemaVersion:
+		return false, fmt.Errorf("schema version %d (user_version) is newer than this library's %d: upgrade the library",
+			version, sqliteSchemaVersion)
+	case version != sqliteSchemaVersion:
+		return false, fmt.Errorf("user_version %d is not a lease schema version", version)
+	}
+	return false, checkSQLiteColumns(cols)
+}
+
+// sqliteTableColumns lists the leases table's columns; none if it is absent.
+func sqliteTableColumns(ctx context.Context, conn *sql.Conn) ([]sqliteColumn, error) {
+	rows, err := conn.QueryContext(ctx, "SELECT name, type, pk FROM pragma_table_info('leases')")
+	if err != nil {
+		return nil, fmt.Errorf("reading the leases table: %w", err)
+	}
+	defer rows.Close()
+	var cols []sqliteColumn
+	for rows.Next() {
+		var c sqliteColumn
+		var pk int64
+		if err := rows.Scan(&c.name, &c.typ, &pk); err != nil {
+			return nil, fmt.Errorf("reading the leases table: %w", err)
+		}
+		c.pk = pk != 0
+		cols = append(cols, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the leases table: %w", err)
+	}
+	return cols, nil
+}
+
+// checkSQLiteColumns refuses a leases table of another shape.
+func checkSQLiteColumns(cols []sqliteColumn) error {
+	ok := len(cols) == len(sqliteColumns)
+	for i := 0; ok && i < len(cols); i++ {
+		want := sqliteColumns[i]
+		ok = cols[i].name == want.name && strings.EqualFold(cols[i].typ, want.typ) && cols[i].pk == want.pk
+	}
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("the leases table has columns (%s), want (%s)", joinColumns(cols), joinColumns(sqliteColumns))
+}
+
+func joinColumns(cols []sqliteColumn) string {
+	s := make([]string, len(cols))
+	for i, c := range cols {
+		s[i] = c.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// ensureSQLiteSchema checks the schema version and the table's shape and,
+// on a new file, creates them, all in one transaction under the write
+// lock: another process creating them at the same instant is either
+// wholly before or wholly after. A refused file is rolled back untouched.
+func ensureSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
+	// Most opens find the schema in place: check it in a read transaction
+	// (one snapshot), which a writer holding the write lock does not block.
+	create, err := checkSQLiteSchemaRead(ctx, conn)
+	if err != nil || !create {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+		}
+	}()
+	create, err = checkSQLiteSchema(ctx, conn)
+	if err != nil {
+		return err
+	}
+	stmts, what := []string{"COMMIT"}, "checking the schema"
+	if create {
+		stmts = []string{sqliteCreateTable, fmt.Sprintf("PRAGMA user_version = %d", sqliteSchemaVersion), "COMMIT"}
+		what = "creating the leases table"
+	}
+	for _, stmt := range stmts {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	return nil
+}
+
+// checkSQLiteSchemaRead is checkSQLiteSchema in a read transaction of its own.
+func checkSQLiteSchemaRead(ctx context.Context, conn *sql.Conn) (create bool, err error) {
+	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		return false, err
+	}
+	defer func() { _, _ = conn.ExecContext(context.Background(), "ROLLBACK") }()
+	return checkSQLiteSchema(ctx, conn)
+}
+
+// Name returns "sqlite".
+func (d *sqliteDriver) Name() string { return "sqlite" }
+
+// Capabilities: the database file's locks exclude other processes; rows
+// keep ExpiresAt in milliseconds.
+func (*sqliteDriver) Capabilities() lease.Capabilities {
+	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Millisecond}
+}
+
+// Get reads key's record. A row with a NULL, non-integer or out-of-range
+// column is an error matching ErrCorrupt; the row is left as it is (R10).
+func (d *sqliteDriver) Get(ctx context.Context, key string) (lease.Record, uint64, error) {
+	if d.closed.Load() {
+		return lease.Record{}, 0, lease.ErrClosed
+	}
+	var cols [5]any
+	err := d.get.QueryRowContext(ctx, key).Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return lease.Record{}, 0, lease.ErrNotFound
+	case err != nil:
+		return lease.Record{}, 0, d.fail("get", key, err)
+	}
+	return parseSQLiteRow(key, cols)
+}
+
+// parseSQLiteRow turns the columns owner, epoch, expires_ms, released and
+// version into a record, refusing any value this driver would not write.
+func parseSQLiteRow(key string, cols [5]any) (lease.Record, uint64, error) {
+	owner, ok := cols[0].(string)
+	if !ok {
+		return lease.Record{}, 0, corruptColumn(key, "owner", cols[0], "text")
+	}
+	var ints [4]int64
+	for i, name := range [4]string{"epoch", "expires_ms", "released", "version"} {
+		v, ok := cols[i+1].(int64)
+		if !ok {
+			return lease.Record{}, 0, corruptColumn(key, name, cols[i+1], "an integer")
+		}
+		ints[i] = v
+	}
+	epoch, expiresMs, released, version := ints[0], ints[1], ints[2], ints[3]
+	if released != 0 && released != 1 {
+		return lease.Record{}, 0, corrupt("sqlite row %q: released is %d, want 0 or 1", key, released)
+	}
+	if version < 1 {
+		return lease.Record{}, 0, corrupt("sqlite row %q: version is %d, want at least 1", key, version)
+	}
+	rec := lease.Record{
+		Key:       key,
+		Owner:     owner,
+		Epoch:     uint64(epoch), // the stored bits are the uint64's bits
+		ExpiresAt: time.UnixMilli(expiresMs).UTC(),
+		Released:  released == 1,
+	}
+	return rec, uint64(version), nil
+}
+
+// corruptColumn reports a column holding the wrong kind of value.
+func corruptColumn(key, name string, v any, want string) error {
+	var got string
+	switch v := v.(type) {
+	case nil:
+		got = "NULL"
+	case int64:
+		got = fmt.Sprintf("the integer %d", v)
+	case float64:
+		got = fmt.Sprintf("the real %v", v)
+	case string:
+		got = fmt.Sprintf("the text %q", v)
+	case []byte:
+		got = fmt.Sprintf("a %d-byte blob", len(v))
+	default:
+		got = fmt.Sprintf("%T", v)
+	}
+	return corrupt("sqlite row %q: %s is %s, want %s", key, name, got, want)
+}
+
+// Put writes rec in one statement if pre holds: an INSERT that does nothing
+// when the key exists (Absent), or an UPDATE guarded by the version. No
+// row changed means the precondition failed: ErrConflict. It returns once
+// the write is durable (synchronous=FULL).
+func (d *sqliteDriver) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
+	if d.closed.Load() {
+		return 0, lease.ErrClosed
+	}
+	next, err := d.putWith(ctx, d.insert, d.update, rec, pre)
+	if err != nil && !errors.Is(err, lease.ErrConflict) {
+		return 0, d.fail("put", rec.Key, err)
+	}
+	return next, err
+}
+
+// putWith runs Put's statement: insert or update, which may be bound to a
+// transaction. It returns ErrConflict when pre does not hold, and the
+// database's error unwrapped.
+func (d *sqliteDriver) putWith(ctx context.Context, insert, update *sql.Stmt, rec lease.Record, pre lease.Precondition) (uint64, error) {
+	epoch, expiresMs, released := sqliteValues(rec)
+	var res sql.Result
+	var err error
+	next := uint64(1)
+	switch {
+	case pre.Absent:
+		res, err = insert.ExecContext(ctx, rec.Key, rec.Owner, epoch, expiresMs, released)
+	case pre.Version == 0 || pre.Version > math.MaxInt64:
+		return 0, lease.ErrConflict // no stored row has such a version
+	case pre.Version == math.MaxInt64:
+		return 0, fmt.Errorf("version %d is the largest SQLite stores", pre.Version)
+	default:
+		next = pre.Version + 1
+		res, err = update.ExecContext(ctx, rec.Owner, epoch, expiresMs, released, int64(next), rec.Key, int64(pre.Version))
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, lease.ErrConflict
+	}
+	return next, nil
+}
+
+// sqliteValues are rec's epoch, expires_ms and released columns as Put
+// writes them: the epoch's uint64 bits, Unix milliseconds, 0 or 1.
+func sqliteValues(rec lease.Record) (epoch, expiresMs, released int64) {
+	if rec.Released {
+		released = 1
+	}
+	return int64(rec.Epoch), rec.ExpiresAt.UnixMilli(), released
+}
+
+// fail wraps a database error; after Close it is ErrClosed. A write error
+// here leaves the outcome unknown, and the store re-reads (R9).
+func (d *sqliteDriver) fail(op, key string, err error) error {
+	if d.closed.Load() {
+		return lease.ErrClosed
+	}
+	return fmt.Errorf("sqlite %s %s %q: %w", d.path, op, key, err)
+}
+
+// Close closes the database. Later calls fail with ErrClosed.
+func (d *sqliteDriver) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	for _, s := range []*sql.Stmt{d.get, d.insert, d.update, d.list} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	errs = append(errs, d.db.Close())
+	return errors.Join(errs...)
+}
+
+func init() {
+	lease.RegisterScheme("sqlite", func(_ context.Context, url string) (lease.Driver, error) {
+		return Open(strings.TrimPrefix(url, "sqlite:"))
+	})
+}
+
+// corrupt makes an error matching lease.ErrCorrupt (R10).
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{lease.ErrCorrupt}, args...)...)
+}

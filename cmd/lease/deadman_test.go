@@ -321,7 +321,7 @@ func checkNoOverlap(t *testing.T, lines []appendLine, expires time.Time) {
 func TestRenewalsKeepCommandRunning(t *testing.T) {
 	url := crossProcessStores(t)["sqlite"]
 	requireStore(t, url)
-	code, stdout, stderr := runLease(t, t.TempDir(), nil, "run", "--store", url, "--ttl", "600ms", "k", "--", "sh", "-c", "sleep 2; echo done")
+	code, stdout, stderr := runLease(t, t.TempDir(), nil, "run", "--store", url, "--ttl", "1s", "k", "--", "sh", "-c", "sleep 3.5; echo done")
 	if code != 0 || stdout != "done\n" || stderr != "" {
 		t.Errorf("COMMAND running for over three TTLs: status %d, stdout %q, stderr %q; want 0, done, nothing", code, stdout, stderr)
 	}

@@ -39,6 +39,12 @@ func TestBrokenDriversFail(t *testing.T) {
 		// R4b/R7: a driver that drops the released flag keeps every
 		// released key held.
 		{driver: "drops-released", wantFailed: `R4b_release_then_re-acquire|driver_Get_and_Put`},
+		// R4a/R12: a PutMany that applies an Absent write over an existing
+		// record (an upsert) gives a second store epoch 1 of a held key.
+		{driver: "upsert-putmany", wantFailed: `PutMany_Absent_over_an_existing_record`},
+		// R9/R12: a GetMany that answers with the versions of one write
+		// earlier hands the store stale states to compare-and-swap on.
+		{driver: "stale-getmany", wantFailed: `GetMany_fresh_versions`},
 	} {
 		t.Run(tc.driver+"/"+cmp.Or(tc.only, "all"), func(t *testing.T) {
 			out, artifacts, err := runChild(t, tc.driver, tc.only)
@@ -97,6 +103,12 @@ func TestBrokenDriverChild(t *testing.T) {
 		open = func(*testing.T) lease.Driver { return &nonAtomicDriver{docs: map[string]doc{}} }
 	case "drops-released":
 		open = func(*testing.T) lease.Driver { return dropsReleased{lease.NewMemoryDriver()} }
+	case "upsert-putmany":
+		open = func(*testing.T) lease.Driver { return upsertPutMany{lease.NewMemoryDriver()} }
+	case "stale-getmany":
+		open = func(*testing.T) lease.Driver {
+			return &staleGetMany{Driver: lease.NewMemoryDriver(), prev: map[string]doc{}}
+		}
 	default:
 		t.Fatalf("unknown broken driver %q", name)
 	}
@@ -168,4 +180,68 @@ type dropsReleased struct{ lease.Driver }
 func (d dropsReleased) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
 	rec.Released = false
 	return d.Driver.Put(ctx, rec, pre)
+}
+
+// upsertPutMany is a batch driver whose PutMany turns an Absent write over
+// an existing record into an overwrite, as an "upsert" statement would;
+// its Put is right.
+type upsertPutMany struct{ lease.Driver }
+
+func (d upsertPutMany) PutMany(ctx context.Context, ws []lease.Write) ([]lease.PutResult, error) {
+	results := make([]lease.PutResult, len(ws))
+	for i, w := range ws {
+		if _, v, err := d.Get(ctx, w.Rec.Key); w.Pre.Absent && err == nil {
+			w.Pre = lease.Precondition{Version: v}
+		}
+		results[i].Version, results[i].Err = d.Put(ctx, w.Rec, w.Pre)
+	}
+	return results, nil
+}
+
+// staleGetMany is a batch reader whose GetMany answers a key written more
+// than once with its record and version of one write earlier, as a read
+// from a lagging replica or a stale cache would; its Get is right.
+type staleGetMany struct {
+	lease.Driver
+	mu   sync.Mutex     // guards prev
+	prev map[string]doc // each key's state before its latest write
+}
+
+func (d *staleGetMany) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	before, v, err := d.Driver.Get(ctx, rec.Key)
+	version, perr := d.Driver.Put(ctx, rec, pre)
+	if perr == nil && err == nil {
+		d.prev[rec.Key] = doc{rec: before, version: v}
+	}
+	return version, perr
+}
+
+func (d *staleGetMany) GetMany(ctx context.Context, keys []string) ([]lease.GetResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	results := make([]lease.GetResult, len(keys))
+	for i, k := range keys {
+		if old, ok := d.prev[k]; ok {
+			results[i] = lease.GetResult{Rec: old.rec, Version: old.version}
+			continue
+		}
+		results[i].Rec, results[i].Version, results[i].Err = d.Driver.Get(ctx, k)
+	}
+	return results, nil
+}
+
+// listFrom forwards List to the memory driver under a broken wrapper, so
+// that only the broken method differs from a correct driver.
+func listFrom(ctx context.Context, d lease.Driver, prefix, after string, limit int) ([]lease.Record, error) {
+	return d.(lease.ListDriver).List(ctx, prefix, after, limit)
+}
+
+func (d upsertPutMany) List(ctx context.Context, prefix, after string, limit int) ([]lease.Record, error) {
+	return listFrom(ctx, d.Driver, prefix, after, limit)
+}
+
+func (d *staleGetMany) List(ctx context.Context, prefix, after string, limit int) ([]lease.Record, error) {
+	return listFrom(ctx, d.Driver, prefix, after, limit)
 }

@@ -21,7 +21,9 @@ type DriverOpener = func(t *testing.T) lease.Driver
 // its Get and Put contract, epochs at the top of the range (R2), records
 // kept (R3), expiries kept to the resolution it states (R4), races through
 // a slow link (R5), writes whose outcome is unknown (R9), corrupt records
-// (R10) and the storage round trips of each operation.
+// (R10) and the storage round trips of each operation. The optional
+// interfaces the driver implements (BatchDriver's PutMany, BatchReader's
+// GetMany, ListDriver's List) are checked write by write as well.
 func TestDriver(t *testing.T, open DriverOpener) {
 	caps := lease.DriverCapabilities(Shared(t, func() lease.Driver { return open(t) }))
 	t.Logf("capabilities: cross-process %v, expiry resolution %v", caps.CrossProcess, caps.ExpiryResolution)
@@ -29,6 +31,7 @@ func TestDriver(t *testing.T, open DriverOpener) {
 	for _, c := range driverCases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, open) })
 	}
+	runOptionalCases(t, Shared(t, func() lease.Driver { return open(t) }), open)
 }
 
 // driverStores opens DocumentStores over one driver per test.

@@ -368,7 +368,7 @@ func TestTimeoutOnSlowStoreIsHeld(t *testing.T) {
 	}
 	defer conn.ExecContext(context.Background(), "ROLLBACK")
 
-	code, stdout, stderr := runLease(t, t.TempDir(), nil, "run", "--store", "sqlite:"+path, "--timeout", "3s", "k", "--", "echo", "ran")
+	code, stdout, stderr := runLease(t, t.TempDir(), nil, "run", "--store", "sqlite:"+path, "--quiet", "--timeout", "3s", "k", "--", "echo", "ran")
 	if code != exitConflict || stdout != "" || !strings.Contains(stderr, `held by "ghost"`) || !logLines(stderr, 1) {
 		t.Errorf("status %d, stdout %q, stderr %q; want %d, nothing run, one line naming ghost", code, stdout, stderr, exitConflict)
 	}

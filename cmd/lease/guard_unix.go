@@ -3,8 +3,10 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -27,8 +29,9 @@ type reaped struct {
 // set from the command line lease run starts it with.
 type guard struct {
 	grace      time.Duration
-	parent     int  // lease run's pid; a different parent means it died
-	foreground bool // give COMMAND's group the terminal
+	deadline   int64 // the lease's deadline on the monotonic clock (monoNow); 0: none
+	parent     int   // lease run's pid; a different parent means it died
+	foreground bool  // give COMMAND's group the terminal
 	argv       []string
 	stderr     io.Writer
 
@@ -37,6 +40,7 @@ type guard struct {
 	stopping bool                // SIGTERM (or a forwarded signal) was sent; SIGKILL follows after grace
 	killing  bool                // SIGKILL was sent; it is sent again every sweep until the tree is gone
 	noKids   bool                // the guard has no children left
+	expired  bool                // the deadline came without a newer one: COMMAND was stopped, exit 76
 }
 
 // run starts COMMAND and returns once COMMAND and every process it left
@@ -52,11 +56,12 @@ func (g *guard) run(control *os.File) int {
 	}
 	kids, none := make(chan reaped, 16), make(chan struct{})
 	go reapAll(kids, none)
-	orders, parentGone := make(chan byte, 8), make(chan struct{})
+	orders, parentGone := make(chan order, 8), make(chan struct{})
 	go readOrders(control, orders, parentGone)
 
 	var graceUp <-chan time.Time
 	var sweep <-chan time.Time
+	deadman := g.armDeadman()
 	for !g.done() {
 		select {
 		case k := <-kids:
@@ -64,17 +69,23 @@ func (g *guard) run(control *os.File) int {
 				g.status = &k.status
 				if !g.stopping && g.treeAlive(reaper) {
 					warn(g.stderr, "%s exited; stopping the processes it left running", g.argv[0])
-					graceUp = g.stop(syscall.SIGTERM)
+					graceUp = g.stop(syscall.SIGTERM, g.grace)
 				}
 			}
 		case <-none:
 			g.noKids, none = true, nil
 		case o := <-orders:
-			sig := syscall.Signal(o)
-			if o == orderStop {
-				sig = syscall.SIGTERM
+			if o.code == orderDeadline {
+				g.deadline = o.deadline
+				deadman.Reset(g.untilStop())
+			} else if t := g.stop(o.signal(), g.grace); t != nil {
+				graceUp = t
 			}
-			if t := g.stop(sig); t != nil {
+		case <-deadman.C:
+			if len(orders) > 0 || unread(controlFD) > 0 {
+				// lease run sent newer deadlines in time; read them first.
+				deadman.Reset(time.Millisecond)
+			} else if t := g.deadlineReached(); t != nil {
 				graceUp = t
 			}
 		case sig := <-sigc:
@@ -101,7 +112,40 @@ func (g *guard) run(control *os.File) int {
 			sweep = t.C
 		}
 	}
+	if g.expired {
+		return exitLost
+	}
 	return exitStatus(*g.status)
+}
+
+// armDeadman starts the guard's own clock on the lease (a dead man's
+// switch): it fires --grace before the lease's deadline. lease run moves
+// the deadline on with every renewal; when it does not (it is stopped,
+// starved or wedged), the guard stops COMMAND's tree by itself, so that
+// the tree is gone by the deadline, before the lease can expire. Without a
+// deadline the timer never fires.
+func (g *guard) armDeadman() *time.Timer { return time.NewTimer(g.untilStop()) }
+
+// untilStop is how long until COMMAND must be sent the stop signal so that
+// SIGKILL, --grace later, lands by the deadline.
+func (g *guard) untilStop() time.Duration {
+	if g.deadline == 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return max(time.Duration(g.deadline-monoNow())-g.grace, 0)
+}
+
+// deadlineReached stops COMMAND's tree as on loss when the switch fires,
+// with SIGKILL due at the deadline, and returns when SIGKILL is due.
+func (g *guard) deadlineReached() <-chan time.Time {
+	if g.stopping || g.killing || g.deadline == 0 {
+		return nil
+	}
+	left := max(time.Duration(g.deadline-monoNow()), 0)
+	warn(g.stderr, "lease run has not renewed the lease in time (stopped, starved or wedged?): stopping %s %v before the lease's deadline, so that it cannot outlive the lease",
+		g.argv[0], left.Round(time.Millisecond))
+	g.expired = true
+	return g.stop(syscall.SIGTERM, min(g.grace, left))
 }
 
 // start starts COMMAND in a process group of its own; on failure it
@@ -123,14 +167,47 @@ func (g *guard) start() int {
 	return 0
 }
 
+// controlFD is the guard's end of the control pipe.
+const controlFD = 3
+
 // orderStop is the order lease run sends when the lease is lost: SIGTERM,
-// then SIGKILL after the grace. Any other order is a signal number to
-// forward to COMMAND's group.
-const orderStop = 0
+// then SIGKILL after the grace. orderDeadline is followed by 8 bytes, big
+// endian: the lease's new deadline on the monotonic clock, sent on every
+// renewal. Any other order is a signal number to forward to COMMAND's
+// group (no signal has orderDeadline's number).
+const (
+	orderStop     = 0
+	orderDeadline = 0xff
+)
+
+// order is one order read from lease run.
+type order struct {
+	code     byte
+	deadline int64 // for orderDeadline
+}
+
+// signal is the signal an order other than orderDeadline sends.
+func (o order) signal() syscall.Signal {
+	if o.code == orderStop {
+		return syscall.SIGTERM
+	}
+	return syscall.Signal(o.code)
+}
+
+// deadlineOrder encodes the order that moves the guard's deadline to d.
+// Its 9 bytes are written at once, and a pipe never splits a write that
+// small, so the guard reads it whole.
+func deadlineOrder(d int64) []byte {
+	b := make([]byte, 9)
+	b[0] = orderDeadline
+	binary.BigEndian.PutUint64(b[1:], uint64(d))
+	return b
+}
 
 // stop sends sig to COMMAND's group and, for SIGTERM, to every process
-// of its tree, and starts the grace period if it has not started yet.
-func (g *guard) stop(sig syscall.Signal) <-chan time.Time {
+// of its tree, and starts the grace period (SIGKILL after grace) if it has
+// not started yet.
+func (g *guard) stop(sig syscall.Signal, grace time.Duration) <-chan time.Time {
 	if sig == syscall.SIGTERM {
 		g.signalTree(sig)
 	} else {
@@ -140,7 +217,7 @@ func (g *guard) stop(sig syscall.Signal) <-chan time.Time {
 		return nil
 	}
 	g.stopping = true
-	return time.After(g.grace)
+	return time.After(grace)
 }
 
 // kill starts killing COMMAND's whole tree; run repeats it every sweep.
@@ -199,16 +276,24 @@ func reapAll(kids chan<- reaped, none chan<- struct{}) {
 	}
 }
 
-// readOrders passes on each byte lease run writes; end of file means
+// readOrders passes on each order lease run writes; end of file means
 // lease run is gone (its end of the pipe closed when it died).
-func readOrders(control *os.File, orders chan<- byte, parentGone chan<- struct{}) {
-	buf := make([]byte, 1)
+func readOrders(control *os.File, orders chan<- order, parentGone chan<- struct{}) {
+	buf := make([]byte, 9)
 	for {
-		if _, err := control.Read(buf); err != nil {
+		if _, err := io.ReadFull(control, buf[:1]); err != nil {
 			close(parentGone)
 			return
 		}
-		orders <- buf[0]
+		o := order{code: buf[0]}
+		if o.code == orderDeadline {
+			if _, err := io.ReadFull(control, buf[1:]); err != nil {
+				close(parentGone)
+				return
+			}
+			o.deadline = int64(binary.BigEndian.Uint64(buf[1:]))
+		}
+		orders <- o
 	}
 }
 

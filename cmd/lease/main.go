@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] KEY -- COMMAND [ARGS...]
+//	lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] [--quiet] KEY -- COMMAND [ARGS...]
 //	lease holder [--store URL] [--json] KEY
 //	lease list [--store URL] [--json] [PREFIX]
 //
@@ -16,7 +16,8 @@
 //	2                      usage error, invalid key or unknown store scheme
 //	69                     the store could not be opened or failed
 //	75                     KEY is held and --no-wait was given or --timeout ran out (--conflict-exit-code sets it)
-//	76                     the lease was lost while COMMAND ran; COMMAND was stopped
+//	76                     the lease was lost while COMMAND ran, or lease run renewed it too late
+//	                       (stopped, starved); COMMAND was stopped
 //	126, 127               COMMAND could not be started / was not found
 //	128+N                  lease itself got signal N (SIGINT, SIGTERM, SIGHUP), while waiting for KEY
 //	                       or while COMMAND ran (COMMAND's group was then stopped)
@@ -35,9 +36,20 @@
 //
 // lease run holds the lease: it waits for KEY, renews it, releases it, and
 // tells the guard what to do over a pipe (one byte per order: stop because
-// the lease was lost, or forward signal N). It starts the guard only once
+// the lease was lost, or forward signal N; or a byte and eight more: the
+// lease's new deadline, after each renewal). It starts the guard only once
 // the lease is held, and releases the lease only after the guard has
 // exited, which the guard does only once COMMAND's whole tree is gone.
+//
+// The guard keeps the lease's deadline itself (a dead man's switch): the
+// grant's expiry minus the safety margin (TTL/6), on the host's monotonic
+// clock (CLOCK_MONOTONIC, which every process reads alike and no change of
+// the wall clock moves). lease run sends it at start and after every
+// renewal. When --grace before that deadline comes and no newer one has
+// (lease run is stopped by SIGSTOP or a frozen cgroup, starved, or
+// wedged), the guard stops COMMAND's tree as on loss, SIGTERM then SIGKILL
+// at the deadline, and exits 76: the tree is gone before the lease can
+// expire and pass on, whatever became of lease run.
 //
 // The guard starts COMMAND in a new process group and is its parent. On
 // Linux it is the child subreaper of COMMAND's tree (PR_SET_CHILD_SUBREAPER):
@@ -78,12 +90,19 @@
 //     milliseconds, far within the TTL. When the lease is lost (a renewal
 //     found it taken, or renewals kept failing until a safety margin of
 //     TTL/6 before expiry), SIGKILL follows SIGTERM after --grace, which
-//     must be shorter than that margin (TTL/12 by default).
+//     must be shorter than that margin (TTL/12 by default). When lease run
+//     is stopped or starved, the guard's own deadline does the same.
 //
 // What is not covered: lease run and its guard both killed at the same
 // instant (SIGKILL to both pids, a cgroup kill, the OOM killer taking
 // both): the kernel then kills COMMAND (its parent-death signal), but
-// processes it started may survive. On systems other than Linux there is
+// processes it started may survive. The guard stopped together with
+// COMMAND (a frozen cgroup holding all three): COMMAND cannot run while
+// frozen, but once thawed it runs for the moment the guard needs to act on
+// its passed deadline. A host that sleeps (suspend): CLOCK_MONOTONIC does
+// not count the sleep on Linux, so the guard acts late; lease run's next
+// renewal finds the lease lost. COMMAND's writes should carry LEASE_EPOCH
+// as a fencing token for these cases. On systems other than Linux there is
 // no subreaper, no parent-death signal and no way to list descriptors:
 // the guard still stops COMMAND's process group, on loss, on signals and
 // when lease run dies, but processes that leave the group are out of its
@@ -118,7 +137,7 @@ const (
 const defaultStore = "sqlite:lease.db"
 
 const usage = `usage:
-  lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] KEY -- COMMAND [ARGS...]
+  lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] [--quiet] KEY -- COMMAND [ARGS...]
   lease holder [--store URL] [--json] KEY
   lease list [--store URL] [--json] [PREFIX]
 
@@ -126,7 +145,9 @@ Store URLs: sqlite:PATH, mongodb://HOST/DB?collection=C, postgres://HOST/DB?tabl
 (default: $LEASE_STORE, else sqlite:lease.db)
 
 lease run holds KEY while COMMAND runs and passes it LEASE_KEY, LEASE_EPOCH,
-LEASE_OWNER, LEASE_EXPIRES and LEASE_PREVIOUS_UNCLEAN. It exits with
+LEASE_OWNER, LEASE_EXPIRES and LEASE_PREVIOUS_UNCLEAN. While it waits for
+KEY it says on stderr, after a second and whenever the holder changes,
+whom it waits for (--quiet: never). It exits with
 COMMAND's status, 75 if KEY is held (--no-wait, --timeout), 76 if the lease
 was lost (COMMAND's group is then sent SIGTERM, and SIGKILL after --grace),
 128+N after signal N (forwarded to COMMAND's group, SIGKILL after --grace),

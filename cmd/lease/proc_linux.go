@@ -133,3 +133,13 @@ func lockFiles(dir string) ([]*os.File, error) {
 	}
 	return files, nil
 }
+
+// unread returns how many bytes the pipe fd holds that nobody has read
+// yet (0 if it cannot tell).
+func unread(fd int) int {
+	n, err := unix.IoctlGetInt(fd, unix.TIOCINQ)
+	if err != nil {
+		return 0
+	}
+	return n
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -21,6 +22,7 @@ type runFlags struct {
 	timeout  time.Duration
 	conflict int
 	grace    time.Duration
+	quiet    bool
 }
 
 // cmdRun is "lease run": hold KEY while COMMAND runs.
@@ -33,6 +35,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up waiting for KEY after this long")
 	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status when KEY is held")
 	fs.DurationVar(&f.grace, "grace", 0, "after loss or a signal, SIGKILL this long after the stop signal (default TTL/12)")
+	fs.BoolVar(&f.quiet, "quiet", false, "do not say whom lease waits for")
 	key, argv, err := parseKey(fs, args)
 	url := storeURL(f.store)
 	if err == nil {
@@ -64,6 +67,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	sv := supervisor{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: stderr, sigc: sigc, grace: f.grace,
+		margin: f.margin(), renewCheck: max(f.ttl/12, time.Millisecond),
 		guard: []string{exe, guardCmd}, lockDir: lockDirOf(url), subreaper: true,
 	}
 	return sv.run(h, argv)
@@ -101,10 +105,9 @@ func (f *runFlags) check(key string, argv []string, url string) error {
 	}
 	// Renewals that keep failing end the lease a safety margin (TTL/6)
 	// before it expires; COMMAND must be gone by then.
-	margin := f.ttl / 6
 	switch {
 	case lockDirOf(url) != "": // file: grants never expire
-	case f.grace >= margin:
+	case f.grace >= f.margin():
 		return usagef("run: --grace %v is not shorter than the safety margin (a sixth of --ttl %v): COMMAND could outlive the lease; raise --ttl", f.grace, f.ttl)
 	}
 	if f.grace == 0 {
@@ -112,6 +115,11 @@ func (f *runFlags) check(key string, argv []string, url string) error {
 	}
 	return nil
 }
+
+// margin is the Held's safety margin: it gives the lease up at its expiry
+// minus this when renewals keep failing, and the guard stops COMMAND by
+// then on its own when lease run sends no renewal (see the package doc).
+func (f *runFlags) margin() time.Duration { return f.ttl / 6 }
 
 // hold waits for KEY as the flags say. On failure it returns a nil Held
 // and the exit status, having printed why.
@@ -122,13 +130,13 @@ func (f *runFlags) hold(s lease.Store, key string, sigc <-chan os.Signal, stderr
 		ctx, cancel = context.WithTimeout(ctx, f.timeout)
 		defer cancel()
 	}
-	var opts []lease.HoldOption
+	opts := []lease.HoldOption{lease.SafetyMargin(f.margin())}
 	if f.noWait {
 		opts = append(opts, lease.FailIfHeld())
 	}
 
 	var got os.Signal
-	stop, watched := make(chan struct{}), make(chan struct{})
+	stop, watched, told := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
 		select {
@@ -137,9 +145,18 @@ func (f *runFlags) hold(s lease.Store, key string, sigc <-chan os.Signal, stderr
 		case <-stop:
 		}
 	}()
+	if f.quiet || f.noWait {
+		close(told)
+	} else {
+		go func() {
+			defer close(told)
+			sayWhyWaiting(ctx, s, key, stderr, stop)
+		}()
+	}
 	h, err := lease.Hold(ctx, s, key, opts...)
 	close(stop)
 	<-watched
+	<-told
 
 	if got != nil { // interrupted: leave as the signal would have left us
 		if h != nil {
@@ -169,4 +186,52 @@ func signum(sig os.Signal) int {
 		return int(s)
 	}
 	return 0
+}
+
+// How lease run says whom it waits for: a first line once it has waited
+// waitNoticeAfter (a wait shorter than that goes unmentioned), then a look
+// at the holder every waitNoticeEvery, and a line whenever it changed.
+const (
+	waitNoticeAfter = time.Second
+	waitNoticeEvery = time.Second
+)
+
+// sayWhyWaiting writes a line on stderr naming KEY's holder, its epoch and
+// when its grant runs out, once the wait has lasted waitNoticeAfter and
+// again each time the holder changes, until stop closes or ctx ends. It
+// costs one read of KEY every waitNoticeEvery while lease run waits.
+func sayWhyWaiting(ctx context.Context, s lease.Store, key string, stderr io.Writer, stop <-chan struct{}) {
+	t := time.NewTimer(waitNoticeAfter)
+	defer t.Stop()
+	var told lease.Record
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rec, err := s.Holder(ctx, key)
+		select {
+		case <-stop: // got KEY meanwhile: the line would be stale
+			return
+		default:
+		}
+		if err == nil && (rec.Owner != told.Owner || rec.Epoch != told.Epoch) {
+			told = rec
+			warn(stderr, "%s", waitingLine(rec, time.Now()))
+		}
+		t.Reset(waitNoticeEvery)
+	}
+}
+
+// waitingLine says whom lease run waits for, as of now.
+func waitingLine(rec lease.Record, now time.Time) string {
+	if rec.ExpiresAt.IsZero() {
+		return fmt.Sprintf("waiting for %s: held by %s (epoch %d) until it is released or its process ends",
+			rec.Key, rec.Owner, rec.Epoch)
+	}
+	return fmt.Sprintf("waiting for %s: held by %s (epoch %d) until %s (in %v)",
+		rec.Key, rec.Owner, rec.Epoch, rec.ExpiresAt.UTC().Format(time.RFC3339Nano), rec.ExpiresAt.Sub(now).Round(100*time.Millisecond))
 }

@@ -25,8 +25,14 @@ type supervisor struct {
 	stdout, stderr io.Writer
 	sigc           <-chan os.Signal // forwarded to COMMAND's group
 	grace          time.Duration    // stop signal to SIGKILL
-	guard          []string         // how to start the guard: this binary and guardCmd
-	lockDir        string           // the file: store's directory, whose lock files the guard keeps open; "" for other stores
+	// margin is the Held's safety margin: its Context ends at the grant's
+	// ExpiresAt minus margin, the lease's deadline the guard is told.
+	margin time.Duration
+	// renewCheck is how often lease run looks for a renewed grant to tell
+	// the guard its new deadline; 0: a second.
+	renewCheck time.Duration
+	guard      []string // how to start the guard: this binary and guardCmd
+	lockDir    string   // the file: store's directory, whose lock files the guard keeps open; "" for other stores
 	// subreaper: lease run becomes the child subreaper of the guard's
 	// tree, so that it can kill what is left if the guard is killed. Off
 	// in tests that run the supervisor inside the test binary.
@@ -47,6 +53,23 @@ func leaseEnv(g lease.Grant) []string {
 		"LEASE_EXPIRES=" + expires,
 		"LEASE_PREVIOUS_UNCLEAN=" + strconv.FormatBool(g.PreviousUnclean),
 	}
+}
+
+// deadline returns the lease's deadline for g on the host's monotonic
+// clock (monoNow): its ExpiresAt minus the safety margin, when the Held
+// gives it up if renewals fail. 0: none (the grant never expires, or this
+// system has no shared monotonic clock).
+func (sv supervisor) deadline(g lease.Grant) int64 {
+	if g.ExpiresAt.IsZero() || !hasMonoClock {
+		return 0
+	}
+	now := monoNow()
+	if now == 0 {
+		return 0
+	}
+	// ExpiresAt is judged by wall clocks (R8): read the time left on the
+	// wall clock once, and keep it on the monotonic clock from then on.
+	return max(now+int64(time.Until(g.ExpiresAt)-sv.margin), 1)
 }
 
 // closeAll closes files, ignoring errors: they are copies.

@@ -16,6 +16,7 @@ import (
 
 // fakeHeld is a lease the test loses by hand.
 type fakeHeld struct {
+	expires  time.Time // zero: a fixed expiry far ahead
 	ctx      context.Context
 	lose     context.CancelCauseFunc
 	mu       sync.Mutex
@@ -28,7 +29,11 @@ func newFakeHeld() *fakeHeld {
 }
 
 func (f *fakeHeld) Grant() lease.Grant {
-	return lease.Grant{Key: "k", Owner: "me", Epoch: 7, ExpiresAt: time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)}
+	expires := f.expires
+	if expires.IsZero() {
+		expires = time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
+	}
+	return lease.Grant{Key: "k", Owner: "me", Epoch: 7, ExpiresAt: expires}
 }
 func (f *fakeHeld) Context() context.Context { return f.ctx }
 func (f *fakeHeld) Release(context.Context) error {
@@ -40,7 +45,7 @@ func (f *fakeHeld) Release(context.Context) error {
 
 // superviseChild runs role under a supervisor in this process, and returns
 // the first line COMMAND printed and a function that waits for the status.
-func superviseChild(t *testing.T, h holding, role string, grace time.Duration) (first string, status func() (int, string)) {
+func superviseChild(t *testing.T, h holding, role string, grace time.Duration, margin ...time.Duration) (first string, status func() (int, string)) {
 	t.Helper()
 	t.Setenv("LEASE_TEST_ROLE", role)
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
@@ -50,6 +55,9 @@ func superviseChild(t *testing.T, h holding, role string, grace time.Duration) (
 	}
 	var stderr syncBuffer
 	sv := supervisor{stdout: w, stderr: &stderr, sigc: make(chan os.Signal), grace: grace, guard: []string{self(t), guardCmd}}
+	if len(margin) > 0 {
+		sv.margin = margin[0]
+	}
 	done := make(chan int, 1)
 	go func() {
 		done <- sv.run(h, []string{self(t)})
@@ -126,5 +134,37 @@ func TestSupervisePassesGrant(t *testing.T) {
 	}
 	if env := leaseEnv(lease.Grant{Key: "k", Epoch: 1}); env[3] != "LEASE_EXPIRES=" {
 		t.Errorf("never-expiring grant: %q; want LEASE_EXPIRES empty", env[3])
+	}
+}
+
+// TestGuardKeepsDeadline: issue 18, finding 6. lease run tells the guard
+// the lease's deadline (expiry minus the safety margin); when no renewal
+// moves it on (here the grant is never renewed, as when lease run is
+// wedged), the guard stops COMMAND by itself --grace before it, SIGKILL
+// at the deadline, and exits with the lost status.
+func TestGuardKeepsDeadline(t *testing.T) {
+	if !hasMonoClock {
+		t.Skip("no monotonic clock shared between processes on this system")
+	}
+	const grace, margin = 100 * time.Millisecond, 300 * time.Millisecond
+	h := newFakeHeld()
+	h.expires = time.Now().Add(3 * time.Second)
+	first, status := superviseChild(t, h, "stubborn", grace, margin)
+	if first != "ready" {
+		t.Fatalf("COMMAND said %q; want ready", first)
+	}
+	code, stderr := status()
+	stopped := time.Now()
+	if code != exitLost {
+		t.Errorf("status %d; want %d", code, exitLost)
+	}
+	if !strings.Contains(stderr, "has not renewed the lease in time") || !strings.Contains(stderr, "SIGKILL") {
+		t.Errorf("stderr %q; want the guard to say it stopped COMMAND for want of a renewal, then SIGKILLed it", stderr)
+	}
+	if h.Context().Err() != nil {
+		t.Error("the lease was lost; want the guard alone to have acted")
+	}
+	if deadline := h.expires.Add(-margin); stopped.Before(deadline.Add(-grace)) {
+		t.Errorf("COMMAND stopped at %v; want no sooner than --grace before the deadline %v", stopped, deadline)
 	}
 }

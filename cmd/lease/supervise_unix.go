@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -52,11 +53,18 @@ func (sv supervisor) run(h holding, argv []string) int {
 	}()
 
 	lost := h.Context().Done()
+	renewals := sv.watchRenewals(h.Grant())
+	defer renewals.stop()
 	var why reason
 	for done := false; !done; {
 		select {
 		case <-waited:
 			done = true
+		case <-renewals.ticks():
+			if g := h.Grant(); !g.ExpiresAt.Equal(renewals.seen) {
+				renewals.seen = g.ExpiresAt
+				_, _ = orders.Write(deadlineOrder(sv.deadline(g)))
+			}
 		case sig := <-sv.sigc:
 			s, _ := sig.(syscall.Signal)
 			if !why.lost && why.sig == 0 {
@@ -118,6 +126,7 @@ func (sv supervisor) startGuard(g lease.Grant, argv []string) (*exec.Cmd, *os.Fi
 	}
 	args := append(sv.guard[1:len(sv.guard):len(sv.guard)],
 		"--grace", sv.grace.String(),
+		"--deadline", strconv.FormatInt(sv.deadline(g), 10),
 		"--parent", strconv.Itoa(os.Getpid()),
 		"--locks", strconv.Itoa(len(locks)))
 	if inForeground(0) {
@@ -133,6 +142,36 @@ func (sv supervisor) startGuard(g lease.Grant, argv []string) (*exec.Cmd, *os.Fi
 		return nil, nil, err
 	}
 	return cmd, w, nil
+}
+
+// renewalWatch is lease run looking for renewals of its grant, to tell
+// the guard each new deadline.
+type renewalWatch struct {
+	ticker *time.Ticker // nil: the grant never expires; nothing to watch
+	seen   time.Time    // the ExpiresAt the guard was last told of
+}
+
+// watchRenewals starts looking for renewals of g every renewCheck.
+func (sv supervisor) watchRenewals(g lease.Grant) *renewalWatch {
+	w := &renewalWatch{seen: g.ExpiresAt}
+	if !g.ExpiresAt.IsZero() && hasMonoClock {
+		w.ticker = time.NewTicker(cmp.Or(sv.renewCheck, time.Second))
+	}
+	return w
+}
+
+// ticks is when to look again; nil (never ready) if there is nothing to watch.
+func (w *renewalWatch) ticks() <-chan time.Time {
+	if w.ticker == nil {
+		return nil
+	}
+	return w.ticker.C
+}
+
+func (w *renewalWatch) stop() {
+	if w.ticker != nil {
+		w.ticker.Stop()
+	}
 }
 
 func (sv supervisor) release(h holding) error {
@@ -163,8 +202,9 @@ func killOrphans() {
 	}
 }
 
-// cmdGuard is the guard's main: lease _guard --grace D --parent PID
-// --locks N [--foreground] -- COMMAND [ARGS...], with the control pipe
+// cmdGuard is the guard's main: lease _guard --grace D --deadline NS
+// --parent PID --locks N [--foreground] -- COMMAND [ARGS...], with the
+// deadline on the monotonic clock (0: none) and the control pipe
 // on descriptor 3 and N lock files after it.
 func cmdGuard(args []string, stderr io.Writer) int {
 	fs := newFlags(guardCmd)
@@ -172,6 +212,7 @@ func cmdGuard(args []string, stderr io.Writer) int {
 	var locks int
 	fs.DurationVar(&g.grace, "grace", 0, "")
 	fs.IntVar(&g.parent, "parent", 0, "")
+	fs.Int64Var(&g.deadline, "deadline", 0, "")
 	fs.IntVar(&locks, "locks", 0, "")
 	fs.BoolVar(&g.foreground, "foreground", false, "")
 	if err := fs.Parse(args); err != nil || fs.NArg() == 0 || g.parent <= 0 || locks < 0 {
@@ -180,10 +221,10 @@ func cmdGuard(args []string, stderr io.Writer) int {
 	g.argv = fs.Args()
 	// Neither the control pipe nor the lock files may reach COMMAND; the
 	// lock files stay open (their flocks held) until the guard exits.
-	for fd := 3; fd <= 3+locks; fd++ {
+	for fd := controlFD; fd <= controlFD+locks; fd++ {
 		syscall.CloseOnExec(fd)
 	}
-	control := os.NewFile(3, "control")
+	control := os.NewFile(controlFD, "control")
 	if control == nil {
 		return fail(stderr, exitUsage, "%s is started by lease run only", guardCmd)
 	}

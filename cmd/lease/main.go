@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] [--quiet] KEY -- COMMAND [ARGS...]
+//	lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] [--quiet] [--verbose] KEY -- COMMAND [ARGS...]
 //	lease holder [--store URL] [--json] KEY
 //	lease list [--store URL] [--json] [PREFIX]
 //
@@ -137,7 +137,7 @@ const (
 const defaultStore = "sqlite:lease.db"
 
 const usage = `usage:
-  lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] [--quiet] KEY -- COMMAND [ARGS...]
+  lease run [--store URL] [--ttl D] [--no-wait | --timeout D] [--conflict-exit-code N] [--grace D] [--quiet] [--verbose] KEY -- COMMAND [ARGS...]
   lease holder [--store URL] [--json] KEY
   lease list [--store URL] [--json] [PREFIX]
 
@@ -147,7 +147,9 @@ Store URLs: sqlite:PATH, mongodb://HOST/DB?collection=C, postgres://HOST/DB?tabl
 lease run holds KEY while COMMAND runs and passes it LEASE_KEY, LEASE_EPOCH,
 LEASE_OWNER, LEASE_EXPIRES and LEASE_PREVIOUS_UNCLEAN. While it waits for
 KEY it says on stderr, after a second and whenever the holder changes,
-whom it waits for (--quiet: never). It exits with
+whom it waits for (--quiet: never); --verbose (or LEASE_LOG=debug) prints
+every lease event (acquired, renewed, lost, released, storage calls) as a
+log line on stderr. It exits with
 COMMAND's status, 75 if KEY is held (--no-wait, --timeout), 76 if the lease
 was lost (COMMAND's group is then sent SIGTERM, and SIGKILL after --grace),
 128+N after signal N (forwarded to COMMAND's group, SIGKILL after --grace),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -23,6 +24,7 @@ type runFlags struct {
 	conflict int
 	grace    time.Duration
 	quiet    bool
+	verbose  bool
 }
 
 // cmdRun is "lease run": hold KEY while COMMAND runs.
@@ -36,6 +38,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.conflict, "conflict-exit-code", exitConflict, "exit status when KEY is held")
 	fs.DurationVar(&f.grace, "grace", 0, "after loss or a signal, SIGKILL this long after the stop signal (default TTL/12)")
 	fs.BoolVar(&f.quiet, "quiet", false, "do not say whom lease waits for")
+	fs.BoolVar(&f.verbose, "verbose", os.Getenv("LEASE_LOG") == "debug", "print every lease event on stderr (also LEASE_LOG=debug)")
 	key, argv, err := parseKey(fs, args)
 	url := storeURL(f.store)
 	if err == nil {
@@ -51,7 +54,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 
 	// Until the wait for KEY starts, signals have their default effect:
 	// nothing is held yet.
-	s, err := lease.Open(context.Background(), url, lease.WithTTL(f.ttl))
+	opts := []lease.Option{lease.WithTTL(f.ttl)}
+	if f.verbose {
+		opts = append(opts, lease.WithObserver(verboseObserver(stderr)))
+	}
+	s, err := lease.Open(context.Background(), url, opts...)
 	if err != nil {
 		return fail(stderr, exitStore, "%v", err)
 	}
@@ -234,4 +241,10 @@ func waitingLine(rec lease.Record, now time.Time) string {
 	}
 	return fmt.Sprintf("waiting for %s: held by %s (epoch %d) until %s (in %v)",
 		rec.Key, rec.Owner, rec.Epoch, rec.ExpiresAt.UTC().Format(time.RFC3339Nano), rec.ExpiresAt.Sub(now).Round(100*time.Millisecond))
+}
+
+// verboseObserver prints every lease event as one slog text line on w
+// (--verbose, LEASE_LOG=debug).
+func verboseObserver(w io.Writer) lease.Observer {
+	return lease.NewSlogObserver(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})))
 }

@@ -159,3 +159,32 @@ func TestRunSaysWhomItWaitsFor(t *testing.T) {
 		a.wait(t, "out")
 	})
 }
+
+// TestRunVerbose: --verbose and LEASE_LOG=debug print the lease's events
+// on stderr, one log line each; without them lease run prints none.
+func TestRunVerbose(t *testing.T) {
+	url := "file:" + t.TempDir()
+	for _, c := range []struct {
+		name string
+		env  []string
+		args []string
+		want bool
+	}{
+		{"flag", nil, []string{"--verbose"}, true},
+		{"env", []string{"LEASE_LOG=debug"}, nil, true},
+		{"quiet by default", nil, nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append(append([]string{"run", "--store", url}, c.args...), "k", "--", "echo", "ran")
+			code, stdout, stderr := runLease(t, t.TempDir(), c.env, args...)
+			if code != 0 || stdout != "ran\n" {
+				t.Fatalf("status %d, stdout %q, stderr %q; want 0 and ran", code, stdout, stderr)
+			}
+			got := strings.Contains(stderr, "lease: acquired") && strings.Contains(stderr, "lease: released") &&
+				strings.Contains(stderr, "key=k")
+			if got != c.want {
+				t.Errorf("stderr %q; want the acquired and released events: %v", stderr, c.want)
+			}
+		})
+	}
+}

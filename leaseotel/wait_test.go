@@ -86,8 +86,10 @@ func TestWaitAndRenewalFailures(t *testing.T) {
 		if waits["gave_up"] != 1 || waits["acquired"] != 0 {
 			t.Errorf("waits by outcome = %v; want one gave_up", waits)
 		}
-		if sum := histogramSum(rm, "lease.wait.duration"); sum != 2 {
-			t.Errorf("waited %vs in all; want 2s", sum)
+		// The wait is timed from the first look, which Hold makes after
+		// gathering concurrent Holds for up to a millisecond.
+		if sum := histogramSum(rm, "lease.wait.duration"); sum < 1.999 || sum > 2 {
+			t.Errorf("waited %vs in all; want 2s less the first look's gathering", sum)
 		}
 		failed := histogramCounts(t, rm, "lease.storage.duration", "error.type")
 		if failed["storage"] == 0 {

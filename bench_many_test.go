@@ -157,14 +157,16 @@ func holdMany(b *testing.B, s *DocumentStore, n int) (hs []*Held, bytesPerKey fl
 // rounds would, and returns when the round is done.
 func renewRound(k *keeper, hs []*Held) {
 	k.mu.Lock()
-	for _, h := range hs {
+	grants := make([]Grant, len(hs))
+	for i, h := range hs {
 		k.dues.remove(h)
 		h.renewing = true
+		grants[i] = h.Grant()
 	}
 	k.renewing++
 	k.calls.Add(1)
 	k.mu.Unlock()
-	k.renew(hs)
+	k.renew(hs, grants, time.Now().Add(time.Minute))
 }
 
 // BenchmarkManyRenewal measures one renewal period of N keys held through

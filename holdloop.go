@@ -543,9 +543,15 @@ func (k *keeper) startRenewalsLocked(now time.Time) {
 
 // startRenewLocked starts one renewal call of batch.
 func (k *keeper) startRenewLocked(batch []*Held) {
+	grants := make([]Grant, len(batch))
+	deadline := batch[0].deadline
+	for i, h := range batch {
+		grants[i] = h.Grant()
+		deadline = earliest(deadline, h.deadline)
+	}
 	k.renewing++
 	k.calls.Add(1)
-	go k.renew(batch)
+	go k.renew(batch, grants, deadline)
 }
 
 // renew renews batch in one call, bounded by half the time to the
@@ -554,14 +560,10 @@ func (k *keeper) startRenewLocked(batch []*Held) {
 // split in halves, each tried at once with its own bound: a key whose
 // writes hang costs the other keys of its batch one bounded wait, never
 // their leases (R12, R17).
-func (k *keeper) renew(batch []*Held) {
+// grants are the batch's grants and deadline the earliest of their
+// deadlines, taken under k.mu when the call was started.
+func (k *keeper) renew(batch []*Held, grants []Grant, deadline time.Time) {
 	defer k.calls.Done()
-	grants := make([]Grant, len(batch))
-	deadline := batch[0].deadline
-	for i, h := range batch {
-		grants[i] = h.Grant()
-		deadline = earliest(deadline, h.deadline)
-	}
 	start := time.Now()
 	bound := max(deadline.Sub(start)/2, time.Millisecond)
 	if mutant == mutantWholeBatch {

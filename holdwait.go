@@ -253,12 +253,19 @@ func (k *keeper) look(batch []*waiter) {
 	start := time.Now()
 	results := acquireAll(ctx, k.s, keys)
 	starts := make([]time.Time, len(batch))
-	for i, w := range batch {
+	for i := range batch {
 		starts[i] = start
-		if results[i].err == nil {
-			results[i].g, starts[i] = k.freshen(ctx, w.cfg, results[i].g, start)
+	}
+	var short []int
+	for i, r := range results {
+		if r.err == nil && k.short(batch[i].cfg, r.g, start) {
+			short = append(short, i)
 		}
 	}
+	eachAtOnce(len(short), func(j int) { // one key's slow renewal must not hold up the others'
+		i := short[j]
+		results[i].g, starts[i] = k.freshen(ctx, results[i].g, start)
+	})
 	cancel()
 
 	took := time.Since(start)
@@ -279,21 +286,24 @@ func (k *keeper) look(batch []*waiter) {
 	}
 }
 
-// freshen renews g at once when it has less time left than a Held's plan
-// needs: a grant the store held already (R4c) may be short. It returns
-// the grant to keep and when the call that made it began.
-func (k *keeper) freshen(ctx context.Context, cfg holdConfig, g Grant, start time.Time) (Grant, time.Time) {
+// short reports whether g, acquired by a call that began at start, has
+// less time left than a Held's plan needs: a grant the store held already
+// (R4c) may be short, and so may one whose write was answered late.
+func (k *keeper) short(cfg holdConfig, g Grant, start time.Time) bool {
 	if g.ExpiresAt.IsZero() {
-		return g, start
+		return false
 	}
 	ttl := storeTTL(k.s)
 	if ttl <= 0 {
 		ttl = g.ExpiresAt.Sub(start)
 	}
 	renew, margin, err := cfg.plan(ttl)
-	if err == nil && g.ExpiresAt.Sub(start) > renew+margin {
-		return g, start
-	}
+	return err != nil || time.Until(g.ExpiresAt) <= renew+margin
+}
+
+// freshen renews a short grant g at once. It returns the grant to keep
+// and when the call that made it began.
+func (k *keeper) freshen(ctx context.Context, g Grant, start time.Time) (Grant, time.Time) {
 	now := time.Now()
 	if next, err := k.s.Renew(ctx, g); err == nil {
 		return next, now

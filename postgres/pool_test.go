@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,6 +182,7 @@ func testWeakenedSession(t *testing.T, mode pgx.QueryExecMode) {
 // manyHoldsObserver counts what the test must see, or must not.
 type manyHoldsObserver struct {
 	tooMany  atomic.Int64 // storage calls refused with "too many clients" (53300)
+	refused  atomic.Int64 // storage calls whose connection was refused (no server)
 	lost     atomic.Int64 // leases lost
 	gaveUp   atomic.Int64 // waits given up
 	firstErr atomic.Value // the first 53300 error, for the log
@@ -193,6 +195,9 @@ func (o *manyHoldsObserver) Observe(e lease.Event) {
 			if o.tooMany.Add(1) == 1 {
 				o.firstErr.Store(e.Err.Error())
 			}
+		}
+		if e.Err != nil && errors.Is(e.Err, syscall.ECONNREFUSED) {
+			o.refused.Add(1)
 		}
 	case lease.EventLost:
 		o.lost.Add(1)
@@ -207,7 +212,8 @@ func (o *manyHoldsObserver) Observe(e lease.Event) {
 // With a pool larger than the server allows (50), starting while every
 // connection slot is taken, "too many clients" (SQLSTATE 53300) comes back
 // from the storage calls as a *StorageError that the loop retries: no
-// error reaches a caller, every key ends held, no lease is lost.
+// error reaches a caller, every key ends held, no lease is lost. So do
+// connections refused while the server is down: the Holds wait for it.
 func TestPostgresManyHoldsFewConnections_R9(t *testing.T) {
 	const maxConnections = 20
 	srv := pgserver.Start(t, fmt.Sprintf("max_connections=%d", maxConnections))
@@ -243,6 +249,18 @@ func TestPostgresManyHoldsFewConnections_R9(t *testing.T) {
 			}
 		})
 		t.Logf("%d storage calls refused with too many clients and retried; first: %v", obs.tooMany.Load(), obs.firstErr.Load())
+	})
+
+	t.Run("server refusing connections", func(t *testing.T) {
+		d, s, obs := openManyHoldsStore(t, srv, "refused")
+		srv.Stop()
+		holdManyAndCheck(t, s, d, obs, func() {
+			waitFor(t, "3 storage calls with their connection refused", func() bool { return obs.refused.Load() >= 3 })
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+		})
+		t.Logf("%d storage calls with their connection refused, retried", obs.refused.Load())
 	})
 }
 

@@ -9,9 +9,16 @@
 //
 //	s, err := lease.Open(ctx, "postgres://app@db1,db2/app?target_session_attrs=read-write&table=leases")
 //
-// Open returns a driver that owns its pool; NewDriver makes one on a pool
-// you already have. Durability checks and failover: docs/postgres.md in the
-// repository. The rules it keeps (R1–R17): docs/contract.md.
+// Open returns a driver that owns its pool, of at most DefaultMaxConns
+// (10) connections unless MaxConns or a "max_conns" URL parameter says
+// otherwise; NewDriver makes one on a pool you already have (size it with
+// (*sql.DB).SetMaxOpenConns: database/sql's default is unbounded). A
+// connection the server refuses ("too many clients", SQLSTATE 53300, or
+// a refused TCP connection) fails that one call with a *lease.StorageError,
+// which Hold retries. Every write sets synchronous_commit for its own
+// transaction, so a session changed after the driver's check cannot make
+// a grant less durable. Durability checks and failover: docs/postgres.md
+// in the repository. The rules it keeps (R1–R17): docs/contract.md.
 package postgres
 
 import (
@@ -90,16 +97,25 @@ func (c postgresColumn) String() string {
 // so that one statement does not hold thousands of row locks for long.
 const postgresMaxBatch = 1000
 
-// postgresIdleConns is how many idle connections Open's pool
-// keeps (database/sql keeps 2), so that a burst of calls on many keys
-// does not close and reopen connections.
-const postgresIdleConns = 10
+// DefaultMaxConns bounds the connections of the pool Open makes unless
+// MaxConns or the URL's "max_conns" says otherwise. The pool keeps as many
+// idle, so that a burst of calls does not close and reopen connections.
+const DefaultMaxConns = 10
 
 // Option configures Open and NewDriver.
 type Option func(*config)
 
 type config struct {
-	table string
+	table    string
+	maxConns int // 0: not set
+}
+
+// MaxConns bounds the connections of the pool Open makes (default
+// DefaultMaxConns): calls beyond n wait for a free connection, or until
+// their context ends. It wins over the URL's "max_conns". NewDriver
+// refuses it: the caller's pool is the caller's to size.
+func MaxConns(n int) Option {
+	return func(c *config) { c.maxConns = n }
 }
 
 // Table makes the driver keep its records in the named table
@@ -131,6 +147,7 @@ func checkPostgresTable(name string) error {
 type postgresDriver struct {
 	db      *sql.DB
 	table   string // as given; quoted in the statements
+	commit  string // the synchronous_commit every write sets for its transaction
 	ownsDB  bool   // made by Open: Close closes db
 	closed  atomic.Bool
 	get     string
@@ -155,12 +172,15 @@ var (
 // checked as NewDriver checks its first one, so that a failover to
 // a server that would not keep grants durable is refused.
 //
-// The pool keeps up to 10 idle connections; use NewDriver with a
-// pool of your own to size it otherwise.
+// The pool opens at most DefaultMaxConns connections (10), and keeps as
+// many idle; MaxConns, or a "max_conns" query parameter, sets another
+// bound. Keep it below the server's max_connections, shared with every
+// other client: a connection the server refuses ("too many clients")
+// fails that call with a *lease.StorageError, which Hold retries.
 //
-// A "table" query parameter of a postgres:// or postgresql:// URL names
-// the table, as Table does (a Table option wins), and is not sent to the
-// server.
+// The "table" and "max_conns" query parameters of a postgres:// or
+// postgresql:// URL act as Table and MaxConns do (an option wins) and are
+// not sent to the server.
 //
 // A multi-host URL with target_session_attrs=read-write
 // ("postgres://a:5432,b:5432/db?target_session_attrs=read-write") follows
@@ -169,22 +189,29 @@ func Open(ctx context.Context, url string, opts ...Option) (lease.Driver, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	url, table, err := splitPostgresURL(url)
+	url, fromURL, err := splitPostgresURL(url)
 	if err != nil {
 		return nil, err
 	}
-	if table != "" { // before opts: a Table option names the table over the URL
-		opts = append([]Option{Table(table)}, opts...)
+	cfg := config{table: DefaultTable, maxConns: DefaultMaxConns}
+	fromURL.apply(&cfg) // before opts: an option wins over the URL
+	for _, o := range opts {
+		o(&cfg)
 	}
-	cfg, err := pgx.ParseConfig(url)
+	if cfg.maxConns < 1 {
+		return nil, fmt.Errorf("lease: postgres: max_conns %d: want at least 1 connection", cfg.maxConns)
+	}
+	pcfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("lease: postgres: %w", err)
 	}
-	db := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
-		return checkPostgresDurability(ctx, c)
+	db := stdlib.OpenDB(*pcfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+		_, err := checkPostgresDurability(ctx, c)
+		return err
 	}))
-	db.SetMaxIdleConns(postgresIdleConns)
-	d, err := newPostgresDriver(ctx, db, opts)
+	db.SetMaxOpenConns(cfg.maxConns)
+	db.SetMaxIdleConns(cfg.maxConns)
+	d, err := newPostgresDriver(ctx, db, cfg)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -195,14 +222,18 @@ func Open(ctx context.Context, url string, opts ...Option) (lease.Driver, error)
 
 // NewDriver returns a driver that keeps leases in a table of the
 // database that db (a pool of the caller's, for example from pgx's stdlib
-// package) connects to. Close leaves db open: the caller owns it.
+// package) connects to. Close leaves db open: the caller owns it, and
+// bounds its connections (db.SetMaxOpenConns); MaxConns is refused here.
 //
 // It checks, on one connection, that the server keeps a grant durable
 // before it is returned (R2): fsync on, synchronous_commit not off, and,
 // when the server has synchronous standbys (synchronous_standby_names),
 // synchronous_commit on or remote_apply, so that a commit has reached a
-// standby's disk. See docs/postgres.md. It then creates the table if it is
-// missing, and refuses one of another shape without changing it.
+// standby's disk. Every write then sets synchronous_commit for its own
+// transaction (remote_apply if the check found it, else on), so that a
+// pooled session changed later cannot weaken it. See docs/postgres.md.
+// It then creates the table if it is missing, and refuses one of another
+// shape without changing it.
 func NewDriver(ctx context.Context, db *sql.DB, opts ...Option) (lease.Driver, error) {
 	if db == nil {
 		return nil, errors.New("lease: postgres.NewDriver given a nil *sql.DB")
@@ -210,29 +241,34 @@ func NewDriver(ctx context.Context, db *sql.DB, opts ...Option) (lease.Driver, e
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return newPostgresDriver(ctx, db, opts)
-}
-
-func newPostgresDriver(ctx context.Context, db *sql.DB, opts []Option) (*postgresDriver, error) {
 	cfg := config{table: DefaultTable}
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.maxConns != 0 {
+		return nil, errors.New("lease: postgres.NewDriver given MaxConns: the *sql.DB is yours to size (SetMaxOpenConns); " +
+			"MaxConns sizes the pool postgres.Open makes")
+	}
+	return newPostgresDriver(ctx, db, cfg)
+}
+
+func newPostgresDriver(ctx context.Context, db *sql.DB, cfg config) (*postgresDriver, error) {
 	if err := checkPostgresTable(cfg.table); err != nil {
 		return nil, err
 	}
-	d := newPostgresStatements(db, cfg.table)
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lease: postgres: connecting: %w", err)
 	}
 	defer conn.Close()
+	var accepted string
 	err = conn.Raw(func(dc any) error {
 		pc, ok := dc.(*stdlib.Conn)
 		if !ok {
 			return fmt.Errorf("the *sql.DB's driver is %T, want pgx's stdlib (github.com/jackc/pgx/v5/stdlib)", dc)
 		}
-		return checkPostgresDurability(ctx, pc.Conn())
+		accepted, err = checkPostgresDurability(ctx, pc.Conn())
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lease: postgres: %w", err)
@@ -240,12 +276,31 @@ func newPostgresDriver(ctx context.Context, db *sql.DB, opts []Option) (*postgre
 	if err := setupPostgresTable(ctx, conn, cfg.table); err != nil {
 		return nil, fmt.Errorf("lease: postgres table %q: %w", cfg.table, err)
 	}
-	return d, nil
+	return newPostgresStatements(db, cfg.table, durableCommit(accepted)), nil
 }
 
-// newPostgresStatements makes the driver's statements for table.
-func newPostgresStatements(db *sql.DB, table string) *postgresDriver {
+// durableCommit is the synchronous_commit every write sets for its own
+// transaction, given the value the connect-time check accepted: on, which
+// waits for the local disk and for any synchronous standby's, or
+// remote_apply when the check found that stronger level. A session set to
+// off (or local) after the check thus cannot weaken a write (R2).
+func durableCommit(accepted string) string {
+	if accepted == "remote_apply" {
+		return accepted
+	}
+	return "on"
+}
+
+// newPostgresStatements makes the driver's statements for table. Every
+// write carries a CTE s that sets synchronous_commit to commit for its
+// own transaction (set_config's is_local): the statement is its
+// transaction, and the setting still holds when it commits, so the write is
+// durable whatever its pooled session says, at no extra round trip. Each
+// written row is joined with s, so s has run before any row is written.
+func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 	t := pgx.Identifier{table}.Sanitize()
+	// commit is "on" or "remote_apply" (durableCommit): safe as a literal.
+	setCommit := `s AS (SELECT set_config('synchronous_commit', '` + commit + `', true) AS sc)`
 	const cols = `owner, epoch, expires, released, version`
 	// parsable is what the UPDATE requires of the row besides its version:
 	// that Get would parse it and the store accept it (R10).
@@ -255,26 +310,29 @@ func newPostgresStatements(db *sql.DB, table string) *postgresDriver {
 	return &postgresDriver{
 		db:      db,
 		table:   table,
+		commit:  commit,
 		get:     `SELECT ` + cols + ` FROM ` + t + ` WHERE key = $1`,
 		getMany: `SELECT key, ` + cols + ` FROM ` + t + ` WHERE key = ANY($1)`,
-		insert: `INSERT INTO ` + t + ` (key, ` + cols + `) VALUES ($1, $2, $3, $4, $5, 1)
+		insert: `WITH ` + setCommit + ` INSERT INTO ` + t + ` (key, ` + cols + `)
+			SELECT $1::text, $2::text, $3::numeric, $4::timestamptz, $5::boolean, 1 FROM s
 			ON CONFLICT (key) DO NOTHING`,
-		update: `UPDATE ` + t + ` AS l SET owner = $3, epoch = $4, expires = $5, released = $6, version = $2 + 1
-			WHERE l.key = $1 AND l.version = $2 AND ` + parsable,
+		update: `WITH ` + setCommit + ` UPDATE ` + t + ` AS l SET owner = $3, epoch = $4, expires = $5, released = $6, version = $2 + 1
+			FROM s WHERE l.key = $1 AND l.version = $2 AND ` + parsable,
 		// One statement for a whole batch: the inserts and the guarded
 		// updates of every write, each row its own compare-and-swap, in
 		// one transaction. It returns the index of every write that landed.
 		putMany: `WITH w AS (
 			SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::text[], $5::numeric[], $6::timestamptz[], $7::bool[])
 				AS w(i, key, version, owner, epoch, expires, released)),
+		` + setCommit + `,
 		ins AS (
 			INSERT INTO ` + t + ` (key, ` + cols + `)
-			SELECT key, owner, epoch, expires, released, 1 FROM w WHERE version = 0
+			SELECT w.key, w.owner, w.epoch, w.expires, w.released, 1 FROM w, s WHERE w.version = 0
 			ON CONFLICT (key) DO NOTHING RETURNING key),
 		upd AS (
 			UPDATE ` + t + ` AS l SET owner = w.owner, epoch = w.epoch, expires = w.expires, released = w.released,
 				version = w.version + 1
-			FROM w WHERE w.version > 0 AND l.key = w.key AND l.version = w.version AND ` + parsable + `
+			FROM w, s WHERE w.version > 0 AND l.key = w.key AND l.version = w.version AND ` + parsable + `
 			RETURNING w.i)
 		SELECT w.i FROM ins JOIN w ON w.key = ins.key AND w.version = 0
 		UNION ALL SELECT i FROM upd`,
@@ -286,16 +344,17 @@ func newPostgresStatements(db *sql.DB, table string) *postgresDriver {
 }
 
 // checkPostgresDurability refuses a session whose commits could return
-// before they are durable (R2), reading the settings on c.
-func checkPostgresDurability(ctx context.Context, c *pgx.Conn) error {
-	var syncCommit, standbys, fsync string
+// before they are durable (R2), reading the settings on c. It returns the
+// session's synchronous_commit, which it accepted.
+func checkPostgresDurability(ctx context.Context, c *pgx.Conn) (syncCommit string, err error) {
+	var standbys, fsync string
 	var inRecovery bool
-	err := c.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+	err = c.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
 		current_setting('fsync'), pg_is_in_recovery()`).Scan(&syncCommit, &standbys, &fsync, &inRecovery)
 	if err != nil {
-		return fmt.Errorf("reading the durability settings: %w", err)
+		return "", fmt.Errorf("reading the durability settings: %w", err)
 	}
-	return postgresDurable(syncCommit, standbys, fsync, inRecovery)
+	return syncCommit, postgresDurable(syncCommit, standbys, fsync, inRecovery)
 }
 
 // postgresDurable judges the settings that decide whether a committed
@@ -587,29 +646,64 @@ func (d *postgresDriver) Close() error {
 	return d.db.Close()
 }
 
-// splitPostgresURL takes the "table" query parameter out of a postgres://
-// or postgresql:// URL, so that it is not sent to the server as a run-time
-// parameter; table is "" when the URL has none. A key=value connection
-// string comes back as it is.
-func splitPostgresURL(rawURL string) (connURL, table string, err error) {
+// urlOptions are the driver's own query parameters of a URL.
+type urlOptions struct {
+	table    string // "" when the URL has none
+	maxConns int    // 0 when the URL has none
+}
+
+// apply sets what the URL named in c.
+func (u urlOptions) apply(c *config) {
+	if u.table != "" {
+		c.table = u.table
+	}
+	if u.maxConns != 0 {
+		c.maxConns = u.maxConns
+	}
+}
+
+// splitPostgresURL takes the driver's own query parameters ("table" and
+// "max_conns") out of a postgres:// or postgresql:// URL, so that they are
+// not sent to the server as run-time parameters, which it would refuse.
+// A key=value connection string comes back as it is.
+func splitPostgresURL(rawURL string) (connURL string, opts urlOptions, err error) {
 	if !strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") {
-		return rawURL, "", nil
+		return rawURL, opts, nil
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return "", "", fmt.Errorf("lease: postgres URL: %w", redactPostgresErr(err, rawURL))
+		return "", opts, fmt.Errorf("lease: postgres URL: %w", redactPostgresErr(err, rawURL))
 	}
 	q := u.Query()
-	vs, ok := q["table"]
-	if !ok {
-		return rawURL, "", nil
+	_, hasTable := q["table"]
+	_, hasMax := q["max_conns"]
+	if !hasTable && !hasMax {
+		return rawURL, opts, nil
 	}
-	if len(vs) != 1 || vs[0] == "" {
-		return "", "", fmt.Errorf("lease: postgres URL %s: want one table parameter with a name, got %q", u.Redacted(), vs)
+	one := func(name string) (string, error) {
+		vs := q[name]
+		q.Del(name)
+		if len(vs) != 1 || vs[0] == "" {
+			return "", fmt.Errorf("lease: postgres URL %s: want one %s parameter with a value, got %q", u.Redacted(), name, vs)
+		}
+		return vs[0], nil
 	}
-	q.Del("table")
+	if hasTable {
+		if opts.table, err = one("table"); err != nil {
+			return "", urlOptions{}, err
+		}
+	}
+	if hasMax {
+		v, err := one("max_conns")
+		if err != nil {
+			return "", urlOptions{}, err
+		}
+		if opts.maxConns, err = strconv.Atoi(v); err != nil || opts.maxConns < 1 {
+			return "", urlOptions{}, fmt.Errorf("lease: postgres URL %s: max_conns %q: want a whole number of connections from 1", u.Redacted(), v)
+		}
+	}
 	u.RawQuery = q.Encode()
-	return u.String(), vs[0], nil
+	return u.String(), opts, nil
 }
 
 // redactPostgresErr drops the URL (and its password) from a url.Error.

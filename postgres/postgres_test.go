@@ -549,27 +549,36 @@ func TestPostgresAmbiguousWrites_R9(t *testing.T) {
 	})
 }
 
-// TestSplitPostgresURL: Open takes the table from ?table= and passes the
-// rest of the URL on unchanged in meaning: multi-host lists, escaped
-// passwords, Unix socket directories.
+// TestSplitPostgresURL: Open takes the table from ?table= and the pool's
+// bound from ?max_conns=, and passes the rest of the URL on unchanged in
+// meaning: multi-host lists, escaped passwords, Unix socket directories.
 func TestSplitPostgresURL(t *testing.T) {
-	cases := []struct{ in, conn, table string }{
-		{"postgres://h/db", "postgres://h/db", ""},                   // no table: DefaultTable, or a Table option
-		{"host=h dbname=db table=x", "host=h dbname=db table=x", ""}, // a key=value string goes to pgx as it is
+	cases := []struct {
+		in, conn string
+		opts     urlOptions
+	}{
+		{"postgres://h/db", "postgres://h/db", urlOptions{}},                             // no table: DefaultTable, or a Table option
+		{"host=h dbname=db table=x", "host=h dbname=db table=x", urlOptions{}},           // a key=value string goes to pgx as it is
+		{"postgres://h/db?max_conns=3", "postgres://h/db", urlOptions{maxConns: 3}},      // the pool's bound, not a server parameter
+		{"postgres://h/db?table=t&max_conns=40", "postgres://h/db", urlOptions{"t", 40}}, // both
 		{"postgres://u:p%40ss@a:5432,b:5433/db?target_session_attrs=read-write&table=locks&sslmode=disable",
-			"postgres://u:p%40ss@a:5432,b:5433/db?sslmode=disable&target_session_attrs=read-write", "locks"},
-		{"postgresql:///db?host=/run/postgresql&table=t", "postgresql:///db?host=%2Frun%2Fpostgresql", "t"},
+			"postgres://u:p%40ss@a:5432,b:5433/db?sslmode=disable&target_session_attrs=read-write", urlOptions{table: "locks"}},
+		{"postgresql:///db?host=/run/postgresql&table=t", "postgresql:///db?host=%2Frun%2Fpostgresql", urlOptions{table: "t"}},
 	}
 	for _, c := range cases {
-		conn, table, err := splitPostgresURL(c.in)
-		if err != nil || conn != c.conn || table != c.table {
-			t.Errorf("splitPostgresURL(%q) = %q, %q, %v; want %q, %q", c.in, conn, table, err, c.conn, c.table)
+		conn, opts, err := splitPostgresURL(c.in)
+		if err != nil || conn != c.conn || opts != c.opts {
+			t.Errorf("splitPostgresURL(%q) = %q, %+v, %v; want %q, %+v", c.in, conn, opts, err, c.conn, c.opts)
 		}
 		if _, err := pgx.ParseConfig(conn); err != nil {
 			t.Errorf("pgx cannot parse %q: %v", conn, err)
 		}
 	}
-	if _, _, err := splitPostgresURL("postgres://u:secret@h/db?table=a&table=b"); err == nil || strings.Contains(err.Error(), "secret") {
-		t.Errorf("two tables: %v; want an error without the password", err)
+	for _, bad := range []string{"postgres://u:secret@h/db?table=a&table=b", "postgres://u:secret@h/db?max_conns=0",
+		"postgres://u:secret@h/db?max_conns=ten", "postgres://u:secret@h/db?max_conns=", "postgres://u:secret@h/db?max_conns=1&max_conns=2"} {
+		_, _, err := splitPostgresURL(bad)
+		if err == nil || strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("splitPostgresURL(%q): %v; want a one-line error without the password", bad, err)
+		}
 	}
 }

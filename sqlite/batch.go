@@ -153,7 +153,7 @@ func (d *sqliteDriver) List(ctx context.Context, prefix, after string, limit int
 }
 
 // eachRow runs a query for the columns key, owner, epoch, expires_ms,
-// released and version (stmt, or query if stmt is nil) and calls fn with
+// released and version (stmt, or query on the read pool if stmt is nil) and calls fn with
 // each row parsed; a row that does not parse comes with its ErrCorrupt.
 // An error from fn stops the rows and is returned.
 func (d *sqliteDriver) eachRow(ctx context.Context, fn func(key string, rec lease.Record, version uint64, err error) error,
@@ -163,7 +163,7 @@ func (d *sqliteDriver) eachRow(ctx context.Context, fn func(key string, rec leas
 	if stmt != nil {
 		rows, err = stmt.QueryContext(ctx, args...)
 	} else {
-		rows, err = d.db.QueryContext(ctx, query, args...)
+		rows, err = d.rdb.QueryContext(ctx, query, args...)
 	}
 	if err != nil {
 		return err

@@ -48,7 +48,7 @@ func sqliteBenchFile(b *testing.B, n int) (*sqliteDriver, *sql.DB, time.Time) {
 	if _, err := d.PutMany(ctxBG, ws); err != nil {
 		b.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", sqliteDSN(path, sqliteBusyTimeout))
+	db, err := sql.Open("sqlite", sqliteDSN(path, sqliteBusyTimeout, false))
 	if err != nil {
 		b.Fatal(err)
 	}

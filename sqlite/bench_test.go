@@ -147,7 +147,7 @@ type rawFloor struct {
 }
 
 func newRawFloor(b *testing.B, path string) *rawFloor {
-	db, err := sql.Open("sqlite", sqliteDSN(path, sqliteBusyTimeout))
+	db, err := sql.Open("sqlite", sqliteDSN(path, sqliteBusyTimeout, false))
 	if err != nil {
 		b.Fatal(err)
 	}

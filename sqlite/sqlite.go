@@ -108,6 +108,12 @@ func (c sqliteColumn) String() string {
 // sqliteNotADB is SQLite's result code for a file that is not a database.
 const sqliteNotADB = 26
 
+// sqliteReadConns bounds the read-only connections of one driver: reads
+// (Get, GetMany, List) run on them, beside the one writer connection, so
+// that in WAL mode they read the last commit while a write holds the
+// writer, instead of queueing behind it.
+const sqliteReadConns = 4
+
 // sqliteBusyTimeout is how long a write waits for another connection or
 // process to finish its write before failing with SQLITE_BUSY.
 const sqliteBusyTimeout = 5 * time.Second
@@ -117,7 +123,10 @@ const sqliteBusyTimeout = 5 * time.Second
 // one host may open the same file; their stores then lease from each other.
 //
 // Every write is durable before it returns (WAL with synchronous=FULL): a
-// grant survives a crash or power loss (R2). A write that finds another
+// grant survives a crash or power loss (R2). Writes go through one
+// connection; reads through up to four read-only ones beside it, so that
+// Holder, Holders and the first read of an acquire do not wait for a
+// write in progress (WAL lets them read the last commit). A write that finds another
 // process writing waits up to five seconds for it, then fails with an error
 // that the store reports as a *StorageError.
 //
@@ -136,8 +145,13 @@ func openSQLite(path string, busy time.Duration) (lease.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite", sqliteDSN(abs, busy))
+	db, err := sql.Open("sqlite", sqliteDSN(abs, busy, false))
 	if err != nil {
+		return nil, fmt.Errorf("lease: sqlite %s: %w", abs, err)
+	}
+	rdb, err := sql.Open("sqlite", sqliteDSN(abs, busy, true))
+	if err != nil {
+		db.Close()
 		return nil, fmt.Errorf("lease: sqlite %s: %w", abs, err)
 	}
 	// One connection: this process's writers queue in database/sql, which
@@ -145,12 +159,16 @@ func openSQLite(path string, busy time.Duration) (lease.Driver, error) {
 	// with sleeps of up to 100 ms. Writes serialise on the file's write
 	// lock anyway, and a read costs microseconds.
 	db.SetMaxOpenConns(1)
-	d := &sqliteDriver{db: db, path: abs}
+	// Reads need no write lock: in WAL mode a read-only connection reads
+	// the last commit while the writer's transaction is in progress.
+	rdb.SetMaxOpenConns(sqliteReadConns)
+	rdb.SetMaxIdleConns(sqliteReadConns)
+	d := &sqliteDriver{db: db, rdb: rdb, path: abs}
 	// The open's deadline: as long as a write may wait for the lock.
 	ctx, cancel := context.WithTimeout(context.Background(), max(busy, time.Second))
 	defer cancel()
 	if err := d.setup(ctx); err != nil {
-		db.Close()
+		d.closeAll()
 		var se *sqlite.Error
 		if errors.As(err, &se) && se.Code()&0xff == sqliteNotADB {
 			return nil, fmt.Errorf("lease: sqlite %s is not an SQLite database: %w", abs, err)
@@ -197,19 +215,25 @@ func checkSQLitePath(path string) (string, error) {
 // that a batch waits for the write lock at its start under the busy
 // timeout instead of failing when it upgrades a read. journal_mode is not
 // among the pragmas: it is a persistent change to the file, made by setup
-// only after the file has been checked.
-func sqliteDSN(abs string, busy time.Duration) string {
+// only after the file has been checked. A reader's connections are
+// query_only: the read pool can never write.
+func sqliteDSN(abs string, busy time.Duration, reader bool) string {
 	q := url.Values{"_pragma": {
 		fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
 		"synchronous(FULL)",
 	}, "_txlock": {"immediate"}} // a batch takes the write lock at BEGIN, waiting as a write does
+	if reader {
+		q = url.Values{"_pragma": {fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()), "query_only(1)"}}
+	}
 	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: q.Encode()}).String()
 }
 
 // sqliteDriver is a Driver over one SQLite file. It is safe for concurrent
-// use: database/sql serialises the calls on its one connection.
+// use: database/sql serialises the writes on its one writer connection,
+// and reads run beside them on the read pool.
 type sqliteDriver struct {
-	db      *sql.DB
+	db      *sql.DB // the writer: one connection
+	rdb     *sql.DB // the readers: up to sqliteReadConns query_only connections
 	path    string
 	get     *sql.Stmt
 	insert  *sql.Stmt
@@ -236,8 +260,9 @@ func (d *sqliteDriver) setup(ctx context.Context) error {
 	for _, p := range []struct {
 		stmt  **sql.Stmt
 		query string
-	}{{&d.get, sqliteGet}, {&d.insert, sqliteInsert}, {&d.update, sqliteUpdate}, {&d.list, sqliteList}} {
-		if *p.stmt, err = d.db.PrepareContext(ctx, p.query); err != nil {
+		db    *sql.DB
+	}{{&d.get, sqliteGet, d.rdb}, {&d.insert, sqliteInsert, d.db}, {&d.update, sqliteUpdate, d.db}, {&d.list, sqliteList, d.rdb}} {
+		if *p.stmt, err = p.db.PrepareContext(ctx, p.query); err != nil {
 			return err
 		}
 	}
@@ -564,13 +589,18 @@ func (d *sqliteDriver) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
+	return d.closeAll()
+}
+
+// closeAll closes the statements and both pools.
+func (d *sqliteDriver) closeAll() error {
 	var errs []error
 	for _, s := range []*sql.Stmt{d.get, d.insert, d.update, d.list} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
 	}
-	errs = append(errs, d.db.Close())
+	errs = append(errs, d.rdb.Close(), d.db.Close())
 	return errors.Join(errs...)
 }
 

@@ -150,10 +150,10 @@ func (f *heldFaults) PutMany(ctx context.Context, ws []lease.Write) ([]lease.Put
 }
 
 func (f *heldFaults) write(ctx context.Context, ws []lease.Write, batch bool) ([]lease.PutResult, error) {
+	defer f.enter(ws)() // on its way from the start: a give-back still in its latency explains a held key
 	if err := f.wait(ctx, f.latency); err != nil {
 		return nil, err
 	}
-	defer f.enter(ws)()
 	p := f.planFor(ws, batch)
 	if p.hang {
 		f.m.faulted(ws, false)

@@ -205,7 +205,7 @@ func NodesRace(t *testing.T, url string) {
 			t.Fatalf("%s: %s", c.Name, got)
 		}
 	}
-	counts := waitHeld(t, nodes, NodeKeys)
+	counts := waitHeld(t, dir, nodes, NodeKeys)
 	checkStore(t, url, dir, nodes)
 	if counts[0] == 0 || counts[1] == 0 {
 		t.Logf("one node took every key at start-up (%d, %d): the hand-over still runs", counts[0], counts[1])
@@ -216,7 +216,7 @@ func NodesRace(t *testing.T, url string) {
 	if got := from.Recv(t); got != fmt.Sprintf("released %d", counts[0]) {
 		t.Fatalf("%s: %s; want released %d", from.Name, got, counts[0])
 	}
-	waitHeld(t, []*childproc.Child{to}, NodeKeys)
+	waitHeld(t, dir, []*childproc.Child{to}, NodeKeys)
 	checkStore(t, url, dir, nodes)
 	childproc.StopAll(t, nodes)
 	checkJournals(t, dir, nodes, counts[0])
@@ -233,7 +233,7 @@ func journalPath(dir, owner string) string { return filepath.Join(dir, owner+".j
 // waitHeld asks the nodes for their counts until they hold want keys
 // between them, and fails the test if any node lost a Held. It polls the
 // nodes' state, not the time: the guard only bounds a hung node.
-func waitHeld(t *testing.T, nodes []*childproc.Child, want int) []int {
+func waitHeld(t *testing.T, dir string, nodes []*childproc.Child, want int) []int {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -245,7 +245,7 @@ func waitHeld(t *testing.T, nodes []*childproc.Child, want int) []int {
 				t.Fatalf("%s: %v", c.Name, err)
 			}
 			if lost != 0 {
-				t.Fatalf("%s lost %d Helds\nstderr: %s", c.Name, lost, c.Stderr())
+				t.Fatalf("%s lost %d Helds:\n%s", c.Name, lost, lossLines(t, dir, c.Name))
 			}
 			counts[i], total = live, total+live
 		}
@@ -260,6 +260,24 @@ func waitHeld(t *testing.T, nodes []*childproc.Child, want int) []int {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the nodes' counts, not waiting for time to pass
 	}
+}
+
+// lossLines are the first lines of a node's journal that tell of a loss,
+// each with the time since the node's first start.
+func lossLines(t *testing.T, dir, owner string) string {
+	var b strings.Builder
+	var first int64
+	shown := 0
+	for _, e := range readJournal(t, journalPath(dir, owner)) {
+		if first == 0 {
+			first = e.at
+		}
+		if e.event != "start" && e.event != "end" && shown < 10 {
+			fmt.Fprintf(&b, "+%v %s %s epoch %d: %s\n", time.Duration(e.at-first), e.event, e.key, e.epoch, e.detail)
+			shown++
+		}
+	}
+	return b.String()
 }
 
 // checkStore: every key has exactly one live holder in the store, one of

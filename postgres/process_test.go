@@ -13,6 +13,7 @@ import (
 	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/internal/childproc"
 	"github.com/leasekit/lease/internal/pgserver"
+	"github.com/leasekit/lease/internal/storechild"
 	"github.com/leasekit/lease/internal/testclock"
 	"github.com/leasekit/lease/internal/testkit"
 )
@@ -67,4 +68,13 @@ func TestPostgresProcessCrash(t *testing.T) {
 	if g.Epoch != 3 || !g.PreviousUnclean || g.Owner != "taker" {
 		t.Fatalf("takeover = %+v; want taker at epoch 3 with PreviousUnclean", g)
 	}
+}
+
+// TestPostgresNodesHoldEach: two processes, each with its own pool, start
+// HoldEach over the same 2,000 keys on one table at the same instant;
+// every key ends with one holder, none lost, none shared, and a
+// ReleaseAll hands one node's keys to the other (storechild.NodesRace;
+// issue 19).
+func TestPostgresNodesHoldEach(t *testing.T) {
+	storechild.NodesRace(t, postgresStoreURL(t, pgserver.FreshTable(t)))
 }

@@ -22,10 +22,17 @@ import (
 
 // Serve is the body of the store child's test (childproc.StoreTest): in a
 // child it serves the protocol of childproc on the store its environment
-// names; run directly it does nothing.
+// names, or runs a node (NodesRace) if its environment says so; run
+// directly it does nothing.
 //
 //	func TestStoreChild(t *testing.T) { storechild.Serve(t) }
 func Serve(t *testing.T) {
+	if url := os.Getenv(NodeEnvURL); url != "" {
+		if err := runNode(url, os.Getenv(childproc.StoreEnvOwner), os.Getenv(NodeEnvJournal), os.Stdin, os.Stdout); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	url := os.Getenv(childproc.StoreEnvURL)
 	if url == "" {
 		return // not a child: the parents are the tests that call childproc.StartStore

@@ -55,12 +55,13 @@ func hasDuplicateKeys(ws []lease.Write) bool {
 	return false
 }
 
-// putChunk runs the batch statement for ws and fills results. A write
-// refused before the statement keeps its own error; the others go on.
+// putChunk runs the batch statement for ws, whose keys are distinct, and
+// fills results. A write refused before the statement keeps its own error;
+// the others go on.
 func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results []lease.PutResult) error {
 	n := len(ws)
 	var (
-		idx      = make([]int32, 0, n)
+		at       = make(map[string]int, n) // key -> index in ws of a write sent
 		keys     = make([]string, 0, n)
 		versions = make([]int64, 0, n)
 		owners   = make([]string, 0, n)
@@ -81,7 +82,7 @@ func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results
 			}
 			v = int64(w.Pre.Version)
 		}
-		idx = append(idx, int32(i))
+		at[w.Rec.Key] = i
 		keys = append(keys, w.Rec.Key)
 		versions = append(versions, v)
 		owners = append(owners, w.Rec.Owner)
@@ -89,29 +90,30 @@ func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results
 		expiries = append(expiries, w.Rec.ExpiresAt)
 		released = append(released, w.Rec.Released)
 	}
-	if len(idx) == 0 {
+	if len(keys) == 0 {
 		return nil
 	}
-	batchOp := fmt.Sprintf("put of %d writes", len(idx))
-	rows, err := d.db.QueryContext(ctx, d.putMany, idx, keys, versions, owners, epochs, expiries, released)
+	batchOp := fmt.Sprintf("put of %d writes", len(keys))
+	rows, err := d.db.QueryContext(ctx, d.putMany, keys, versions, owners, epochs, expiries, released)
 	if err != nil {
 		return d.fail(batchOp, err)
 	}
 	defer rows.Close()
 	landed := make([]bool, n)
 	for rows.Next() {
-		var i int32
-		if err := rows.Scan(&i); err != nil {
+		var key string
+		if err := rows.Scan(&key); err != nil {
 			return d.fail(batchOp, err)
 		}
-		if i >= 0 && int(i) < n {
+		if i, ok := at[key]; ok {
 			landed[i] = true
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return d.fail(batchOp, err)
 	}
-	for j, i := range idx {
+	for j, key := range keys {
+		i := at[key]
 		switch {
 		case !landed[i]:
 			results[i].Err = lease.ErrConflict

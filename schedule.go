@@ -1,19 +1,29 @@
 package lease
 
-import (
-	"container/heap"
-	"time"
-)
+import "time"
 
-// schedule is a min-heap of items by a time each item keeps, such as a
+// schedule is a 4-ary min-heap of items by a time each item keeps, such as a
 // Held's next renewal or a waiter's next look. It costs O(log n) to add,
 // move or remove an item, so that the keeper's work per wake does not grow
 // with the number of keys it keeps (client-go's delaying queue does the
-// same). Each item remembers its own position through slot.
+// same). Each entry carries its item's time, read when the item is set, so
+// that sifting compares within the heap's own array instead of following a
+// pointer per comparison, and four children per entry halve the levels a
+// sift moves through (each move tells an item its slot: a write through a
+// pointer); each item remembers its own position through slot.
 type schedule[T comparable] struct {
-	items []T
+	items []scheduled[T]
 	when  func(T) time.Time
 	slot  func(T) *int // the item's index + 1; 0 while not scheduled
+}
+
+// scheduleArity is how many children an entry of a schedule has.
+const scheduleArity = 4
+
+// scheduled is one entry of a schedule: an item and its time when set.
+type scheduled[T any] struct {
+	at time.Time
+	x  T
 }
 
 func newSchedule[T comparable](when func(T) time.Time, slot func(T) *int) *schedule[T] {
@@ -22,17 +32,24 @@ func newSchedule[T comparable](when func(T) time.Time, slot func(T) *int) *sched
 
 // set schedules x, or moves it after its time changed.
 func (s *schedule[T]) set(x T) {
-	if i := *s.slot(x); i > 0 {
-		heap.Fix((*scheduleHeap[T])(s), i-1)
+	at := s.when(x)
+	if i := *s.slot(x) - 1; i >= 0 {
+		s.items[i].at = at
+		if !s.down(i) {
+			s.up(i)
+		}
 		return
 	}
-	heap.Push((*scheduleHeap[T])(s), x)
+	s.items = append(s.items, scheduled[T]{at: at, x: x})
+	n := len(s.items) - 1
+	*s.slot(x) = n + 1
+	s.up(n)
 }
 
 // remove unschedules x, if it is scheduled.
 func (s *schedule[T]) remove(x T) {
-	if i := *s.slot(x); i > 0 {
-		heap.Remove((*scheduleHeap[T])(s), i-1)
+	if i := *s.slot(x) - 1; i >= 0 {
+		s.removeAt(i)
 	}
 }
 
@@ -41,51 +58,85 @@ func (s *schedule[T]) first() (x T, ok bool) {
 	if len(s.items) == 0 {
 		return x, false
 	}
-	return s.items[0], true
+	return s.items[0].x, true
 }
 
 // pop removes and returns the item with the earliest time.
 func (s *schedule[T]) pop() T {
-	return heap.Pop((*scheduleHeap[T])(s)).(T)
+	x := s.items[0].x
+	s.removeAt(0)
+	return x
 }
 
 func (s *schedule[T]) len() int { return len(s.items) }
 
 // clear unschedules every item.
 func (s *schedule[T]) clear() {
-	for _, x := range s.items {
-		*s.slot(x) = 0
+	for _, e := range s.items {
+		*s.slot(e.x) = 0
 	}
 	clear(s.items)
 	s.items = s.items[:0]
 }
 
-// scheduleHeap is schedule as a container/heap.Interface.
-type scheduleHeap[T comparable] schedule[T]
-
-func (h *scheduleHeap[T]) Len() int { return len(h.items) }
-
-func (h *scheduleHeap[T]) Less(i, j int) bool {
-	return h.when(h.items[i]).Before(h.when(h.items[j]))
+// removeAt takes the entry at i out of the heap.
+func (s *schedule[T]) removeAt(i int) {
+	last := len(s.items) - 1
+	*s.slot(s.items[i].x) = 0
+	if i != last {
+		s.move(last, i)
+	}
+	s.items[last] = scheduled[T]{}
+	s.items = s.items[:last]
+	if i != last {
+		if !s.down(i) {
+			s.up(i)
+		}
+	}
 }
 
-func (h *scheduleHeap[T]) Swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	*h.slot(h.items[i]) = i + 1
-	*h.slot(h.items[j]) = j + 1
+// move puts the entry at from into place to, and tells its item.
+func (s *schedule[T]) move(from, to int) {
+	s.items[to] = s.items[from]
+	*s.slot(s.items[to].x) = to + 1
 }
 
-func (h *scheduleHeap[T]) Push(x any) {
-	h.items = append(h.items, x.(T))
-	*h.slot(x.(T)) = len(h.items)
+// up sifts the entry at i towards the root.
+func (s *schedule[T]) up(i int) {
+	e := s.items[i]
+	for i > 0 {
+		parent := (i - 1) / scheduleArity
+		if !e.at.Before(s.items[parent].at) {
+			break
+		}
+		s.move(parent, i)
+		i = parent
+	}
+	s.items[i] = e
+	*s.slot(e.x) = i + 1
 }
 
-func (h *scheduleHeap[T]) Pop() any {
-	n := len(h.items) - 1
-	x := h.items[n]
-	var zero T
-	h.items[n] = zero
-	h.items = h.items[:n]
-	*h.slot(x) = 0
-	return x
+// down sifts the entry at i towards the leaves and reports whether it
+// moved.
+func (s *schedule[T]) down(i int) bool {
+	start, e, n := i, s.items[i], len(s.items)
+	for {
+		child := scheduleArity*i + 1
+		if child >= n {
+			break
+		}
+		for c := child + 1; c < min(child+scheduleArity, n); c++ {
+			if s.items[c].at.Before(s.items[child].at) {
+				child = c
+			}
+		}
+		if !s.items[child].at.Before(e.at) {
+			break
+		}
+		s.move(child, i)
+		i = child
+	}
+	s.items[i] = e
+	*s.slot(e.x) = i + 1
+	return i > start
 }

@@ -64,9 +64,18 @@ func (d *sqliteDriver) putChunk(ctx context.Context, ws []lease.Write, results [
 	if err != nil {
 		return fail("not written", err)
 	}
-	insert, update := tx.StmtContext(ctx, d.insert), tx.StmtContext(ctx, d.update)
+	// The writes run on a context that does not end: on one that can,
+	// the SQLite driver starts a goroutine per statement to watch it. The
+	// write lock is already taken (BEGIN IMMEDIATE, which ctx can end), no
+	// statement waits for another process, and ctx is checked between
+	// statements, so a batch still stops soon after ctx ends.
+	stmtCtx := context.WithoutCancel(ctx)
+	insert, update := tx.StmtContext(stmtCtx, d.insert), tx.StmtContext(stmtCtx, d.update)
 	for i, w := range ws {
-		v, err := d.putWith(ctx, insert, update, w.Rec, w.Pre)
+		v, err := d.putWith(stmtCtx, insert, update, w.Rec, w.Pre)
+		if err == nil {
+			err = ctx.Err() // this write stays uncommitted: the rollback below ends the batch
+		}
 		switch {
 		case err == nil || errors.Is(err, lease.ErrConflict):
 			results[i] = lease.PutResult{Version: v, Err: err}

@@ -50,12 +50,21 @@ const sqliteFloorUpdate = `UPDATE leases SET owner = ?, epoch = ?, expires_ms = 
 	AND typeof(epoch) = 'integer' AND epoch <> 0
 	AND typeof(expires_ms) = 'integer' AND typeof(released) = 'integer' AND released IN (0, 1)`
 
-// postgresFloorUpdate is package postgres's guarded UPDATE on table.
+// postgresFloorUpdate is the least a PostgreSQL renewal of many keys
+// costs: one UPDATE of the rows named by arrays of keys and versions, each
+// row guarded by its version and by package postgres's parse guard, and
+// nothing returned but the count.
 func postgresFloorUpdate(table string) string {
-	return `UPDATE ` + pgx.Identifier{table}.Sanitize() + ` AS l SET owner = $3, epoch = $4, expires = $5, released = $6, version = $2 + 1
-	WHERE l.key = $1 AND l.version = $2 AND octet_length(l.owner) BETWEEN 1 AND 256 AND l.owner !~ '[^!-~]'
-	AND l.epoch BETWEEN 1 AND 18446744073709551615 AND isfinite(l.expires) AND l.released IS NOT NULL`
+	return `UPDATE ` + pgx.Identifier{table}.Sanitize() + ` AS l SET owner = 'floor', epoch = 1, expires = $3, released = false,
+		version = w.version + 1
+	FROM unnest($1::text[], $2::bigint[]) AS w(key, version)
+	WHERE l.key = w.key AND l.version = w.version AND CASE WHEN octet_length(l.owner) BETWEEN 1 AND 256 AND l.owner !~ '[^!-~]'
+	AND l.epoch BETWEEN 1 AND 18446744073709551615 AND isfinite(l.expires) AND l.released IS NOT NULL THEN true ELSE false END`
 }
+
+// postgresFloorChunk is how many rows one floor UPDATE writes: as many
+// as package postgres writes with one statement.
+const postgresFloorChunk = 1000
 
 // The writes package mongodb sends in one bulkWrite: to MongoDB, and to
 // FerretDB (which deadlocks on an update command of about 100 updates).
@@ -200,8 +209,8 @@ func mustPrepare(b *testing.B, db *sql.DB, q string) *sql.Stmt {
 }
 
 // openPostgresMany opens a driver on a fresh table of the shared server.
-// Its floor is n guarded UPDATEs (postgresFloorUpdate) on rows of their own, sent as one pipelined batch: one implicit
-// transaction, one round trip.
+// Its floor is n guarded writes (postgresFloorUpdate) on rows of their
+// own, one UPDATE statement per postgresFloorChunk rows.
 func openPostgresMany(b *testing.B, n int) lease.ManyRig {
 	table := pgserver.FreshTable(b)
 	d, err := postgres.NewDriver(b.Context(), pgserver.SharedDB(b), postgres.Table(table))
@@ -234,30 +243,27 @@ func openPostgresMany(b *testing.B, n int) lease.ManyRig {
 	return lease.NewManyRig(d, lease.DefaultTTL, floor, nil)
 }
 
-// pgFloorBatch sends n guarded UPDATEs of the floor's rows at version in
-// one batch, and checks that each changed its row.
+// pgFloorBatch writes the floor's n rows at version with
+// postgresFloorUpdate, postgresFloorChunk rows a statement (each its own
+// transaction, as the driver's are), and checks that each row changed.
 func pgFloorBatch(conn *sql.Conn, update string, n int, version int64) error {
 	return conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
-		if _, err := pc.Prepare(context.Background(), update, update); err != nil { // once per connection
-			return err
-		}
-		var batch pgx.Batch
 		expires := time.Now().Add(time.Minute)
-		for i := range n {
-			batch.Queue(update, lease.FloorKey(i), version, "floor", int64(1), expires, false)
-		}
-		br := pc.SendBatch(context.Background(), &batch)
-		for i := range n {
-			tag, err := br.Exec()
-			if err == nil && tag.RowsAffected() != 1 {
-				err = fmt.Errorf("floor update of %s at version %d changed %d rows", lease.FloorKey(i), version, tag.RowsAffected())
+		for at := 0; at < n; at += postgresFloorChunk {
+			end := min(at+postgresFloorChunk, n)
+			keys, versions := make([]string, 0, end-at), make([]int64, 0, end-at)
+			for i := at; i < end; i++ {
+				keys, versions = append(keys, lease.FloorKey(i)), append(versions, version)
+			}
+			tag, err := pc.Exec(context.Background(), update, keys, versions, expires)
+			if err == nil && tag.RowsAffected() != int64(end-at) {
+				err = fmt.Errorf("floor update of %d rows at version %d changed %d", end-at, version, tag.RowsAffected())
 			}
 			if err != nil {
-				br.Close()
 				return err
 			}
 		}
-		return br.Close()
+		return nil
 	})
 }

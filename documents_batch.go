@@ -45,8 +45,8 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 	}
 	s.settleUnknown(ctx, gs)
 	var (
-		locks  lockedKeys
-		batch  []batchWrite
+		locks  = make(lockedKeys, 0, len(gs))
+		batch  = make([]batchWrite, 0, len(gs))
 		single []int
 	)
 	now := s.cfg.now()

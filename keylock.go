@@ -14,8 +14,10 @@ type keyLocks struct {
 	free []*keyLock          // unreferenced, for reuse: an uncontended call allocates none
 }
 
-// maxFreeKeyLocks bounds keyLocks.free.
-const maxFreeKeyLocks = 64
+// maxFreeKeyLocks bounds keyLocks.free: enough for the keys of a
+// renewal batch (maxBatch), so that a store renewing thousands of keys per
+// period reuses its locks instead of allocating one per key and round.
+const maxFreeKeyLocks = 4096
 
 type keyLock struct {
 	sem  chan struct{} // holds one token while the key is locked

@@ -118,8 +118,8 @@ type Held struct {
 	retry      time.Duration // the wait before the next retry of a failed renewal
 	renewErr   error         // the last failed renewal's error, nil after a success
 	renewing   bool          // a renewal of it is in flight
-	dueSlot    int           // position in k.dues
-	expirySlot int           // position in k.deadlines
+	dueMark    uint64        // k.dues' mark (schedule)
+	expiryMark uint64        // k.deadlines' mark (schedule)
 
 	mu      sync.Mutex // guards the fields below; taken after k.mu, never before
 	grant   Grant      // the newest grant

@@ -71,9 +71,9 @@ func newKeeper(s Store) *keeper {
 		settling: make(map[string]int),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
-	k.dues = newSchedule(func(h *Held) time.Time { return h.due }, func(h *Held) *int { return &h.dueSlot })
-	k.deadlines = newSchedule(func(h *Held) time.Time { return h.deadline }, func(h *Held) *int { return &h.expirySlot })
-	k.looks = newSchedule(func(w *waiter) time.Time { return w.due }, func(w *waiter) *int { return &w.lookSlot })
+	k.dues = newSchedule(func(h *Held) time.Time { return h.due }, func(h *Held) *uint64 { return &h.dueMark })
+	k.deadlines = newSchedule(func(h *Held) time.Time { return h.deadline }, func(h *Held) *uint64 { return &h.expiryMark })
+	k.looks = newSchedule(func(w *waiter) time.Time { return w.due }, func(w *waiter) *uint64 { return &w.lookMark })
 	return k
 }
 

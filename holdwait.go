@@ -32,7 +32,7 @@ type waiter struct {
 	waitSince time.Time     // when it began to wait, for the observer
 	started   time.Time     // when it began waiting
 
-	lookSlot int // position in k.looks
+	lookMark uint64 // k.looks' mark (schedule)
 }
 
 // gatherWindow is how long a Hold's first look waits for other Holds to
@@ -98,7 +98,7 @@ func (k *keeper) promoteLocked(key string, now time.Time) {
 		return
 	}
 	w := ws[0]
-	if w.looking || w.lookSlot > 0 {
+	if w.looking || k.looks.scheduled(w) {
 		return
 	}
 	w.due = now // first in line, or the Held it queued behind has ended
@@ -174,7 +174,7 @@ func (k *keeper) takeWokenLocked(now time.Time) {
 	}
 	k.wokenMu.Unlock()
 	for _, w := range woken {
-		if w.lookSlot > 0 {
+		if k.looks.scheduled(w) {
 			w.due = now
 			k.looks.set(w)
 		}
@@ -515,7 +515,7 @@ func (k *keeper) watch(w *waiter) {
 		return
 	}
 	w.watch, w.watched = stop, true
-	if w.lookSlot > 0 {
+	if k.looks.scheduled(w) {
 		w.due = time.Now()
 		k.looks.set(w)
 		k.poke()

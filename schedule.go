@@ -2,103 +2,119 @@ package lease
 
 import "time"
 
-// schedule is a 4-ary min-heap of items by a time each item keeps, such as a
-// Held's next renewal or a waiter's next look. It costs O(log n) to add,
+// schedule is a 4-ary min-heap of items by a time each item keeps, such as
+// a Held's next renewal or a waiter's next look. It costs O(log n) to add,
 // move or remove an item, so that the keeper's work per wake does not grow
 // with the number of keys it keeps (client-go's delaying queue does the
-// same). Each entry carries its item's time, read when the item is set, so
-// that sifting compares within the heap's own array instead of following a
-// pointer per comparison, and four children per entry halve the levels a
-// sift moves through (each move tells an item its slot: a write through a
-// pointer); each item remembers its own position through slot.
+// same).
+//
+// Moving or removing an item leaves its old entry in the heap, stale, to be
+// dropped when it comes to the top: an item's mark (mark) counts its sets
+// and removes, odd while it is scheduled, and an entry is current while it
+// carries its item's mark. Sifting thus never writes through an item's
+// pointer, and each entry carries its item's time, so comparisons stay
+// within the heap's own array; four children per entry halve the levels.
+// The keeper moves each Held's renewal and deadline later at every
+// renewal, which here is an append that rarely sifts.
 type schedule[T comparable] struct {
 	items []scheduled[T]
+	n     int // current entries: the items scheduled
 	when  func(T) time.Time
-	slot  func(T) *int // the item's index + 1; 0 while not scheduled
+	mark  func(T) *uint64
+}
+
+// scheduled is one entry of a schedule: an item, its time and its mark
+// when it was set.
+type scheduled[T any] struct {
+	at   time.Time
+	x    T
+	mark uint64
 }
 
 // scheduleArity is how many children an entry of a schedule has.
 const scheduleArity = 4
 
-// scheduled is one entry of a schedule: an item and its time when set.
-type scheduled[T any] struct {
-	at time.Time
-	x  T
+func newSchedule[T comparable](when func(T) time.Time, mark func(T) *uint64) *schedule[T] {
+	return &schedule[T]{when: when, mark: mark}
 }
 
-func newSchedule[T comparable](when func(T) time.Time, slot func(T) *int) *schedule[T] {
-	return &schedule[T]{when: when, slot: slot}
-}
-
-// set schedules x, or moves it after its time changed.
+// set schedules x at its time, or moves it there.
 func (s *schedule[T]) set(x T) {
-	at := s.when(x)
-	if i := *s.slot(x) - 1; i >= 0 {
-		s.items[i].at = at
-		if !s.down(i) {
-			s.up(i)
-		}
-		return
+	m := s.mark(x)
+	if *m%2 == 1 {
+		*m += 2 // its entry goes stale
+	} else {
+		*m++
+		s.n++
 	}
-	s.items = append(s.items, scheduled[T]{at: at, x: x})
-	n := len(s.items) - 1
-	*s.slot(x) = n + 1
-	s.up(n)
+	s.items = append(s.items, scheduled[T]{at: s.when(x), x: x, mark: *m})
+	s.up(len(s.items) - 1)
 }
 
 // remove unschedules x, if it is scheduled.
 func (s *schedule[T]) remove(x T) {
-	if i := *s.slot(x) - 1; i >= 0 {
-		s.removeAt(i)
+	if m := s.mark(x); *m%2 == 1 {
+		*m++
+		s.n--
 	}
 }
 
+// scheduled reports whether x is scheduled.
+func (s *schedule[T]) scheduled(x T) bool { return *s.mark(x)%2 == 1 }
+
 // first returns the item with the earliest time.
 func (s *schedule[T]) first() (x T, ok bool) {
+	s.dropStale()
 	if len(s.items) == 0 {
 		return x, false
 	}
 	return s.items[0].x, true
 }
 
-// pop removes and returns the item with the earliest time.
+// pop removes and returns the item with the earliest time; the schedule
+// must not be empty.
 func (s *schedule[T]) pop() T {
+	s.dropStale()
 	x := s.items[0].x
-	s.removeAt(0)
+	*s.mark(x)++
+	s.n--
+	s.removeTop()
 	return x
 }
 
-func (s *schedule[T]) len() int { return len(s.items) }
+// len returns how many items are scheduled.
+func (s *schedule[T]) len() int { return s.n }
 
 // clear unschedules every item.
 func (s *schedule[T]) clear() {
 	for _, e := range s.items {
-		*s.slot(e.x) = 0
-	}
-	clear(s.items)
-	s.items = s.items[:0]
-}
-
-// removeAt takes the entry at i out of the heap.
-func (s *schedule[T]) removeAt(i int) {
-	last := len(s.items) - 1
-	*s.slot(s.items[i].x) = 0
-	if i != last {
-		s.move(last, i)
-	}
-	s.items[last] = scheduled[T]{}
-	s.items = s.items[:last]
-	if i != last {
-		if !s.down(i) {
-			s.up(i)
+		if m := s.mark(e.x); *m == e.mark {
+			*m++
 		}
 	}
+	clear(s.items)
+	s.items, s.n = s.items[:0], 0
 }
 
-// move puts the entry at from into place to, and tells its item.
-func (s *schedule[T]) move(from, to int) {
-	s.items[to] = s.items[from]
-	*s.slot(s.items[to].x) = to + 1
+// dropStale removes stale entries from the top of the heap.
+func (s *schedule[T]) dropStale() {
+	for len(s.items) > 0 && *s.mark(s.items[0].x) != s.items[0].mark {
+		s.removeTop()
+	}
+}
+
+// removeTop takes the top entry out of the heap.
+func (s *schedule[T]) removeTop() {
+	last := len(s.items) - 1
+	s.items[0] = s.items[last]
+	s.items[last] = scheduled[T]{}
+	s.items = s.items[:last]
+	if last > 0 {
+		s.down(0)
+	}
+	if cap(s.items) > 64 && len(s.items) < cap(s.items)/4 {
+		s.items = append([]scheduled[T](nil), s.items...) // give back what a burst of keys grew
+	}
 }
 
 // up sifts the entry at i towards the root.
@@ -109,17 +125,15 @@ func (s *schedule[T]) up(i int) {
 		if !e.at.Before(s.items[parent].at) {
 			break
 		}
-		s.move(parent, i)
+		s.items[i] = s.items[parent]
 		i = parent
 	}
 	s.items[i] = e
-	*s.slot(e.x) = i + 1
 }
 
-// down sifts the entry at i towards the leaves and reports whether it
-// moved.
-func (s *schedule[T]) down(i int) bool {
-	start, e, n := i, s.items[i], len(s.items)
+// down sifts the entry at i towards the leaves.
+func (s *schedule[T]) down(i int) {
+	e, n := s.items[i], len(s.items)
 	for {
 		child := scheduleArity*i + 1
 		if child >= n {
@@ -133,10 +147,8 @@ func (s *schedule[T]) down(i int) bool {
 		if !s.items[child].at.Before(e.at) {
 			break
 		}
-		s.move(child, i)
+		s.items[i] = s.items[child]
 		i = child
 	}
 	s.items[i] = e
-	*s.slot(e.x) = i + 1
-	return i > start
 }

@@ -8,12 +8,12 @@ import (
 )
 
 // TestScheduleOrder: whatever items are set, moved and removed, the
-// schedule pops them earliest first, knows each item's slot, and first
-// agrees with pop.
+// schedule pops them earliest first, never an item that is not scheduled,
+// knows which items are scheduled, and first agrees with pop.
 func TestScheduleOrder(t *testing.T) {
 	type item struct {
 		at   time.Time
-		slot int
+		mark uint64
 	}
 	rapid.Check(t, func(t *rapid.T) {
 		base := time.Unix(1000, 0)
@@ -21,19 +21,22 @@ func TestScheduleOrder(t *testing.T) {
 		for i := range items {
 			items[i] = &item{}
 		}
-		s := newSchedule(func(x *item) time.Time { return x.at }, func(x *item) *int { return &x.slot })
+		s := newSchedule(func(x *item) time.Time { return x.at }, func(x *item) *uint64 { return &x.mark })
 		in := map[*item]bool{}
 		for range rapid.IntRange(0, 200).Draw(t, "steps") {
 			x := items[rapid.IntRange(0, len(items)-1).Draw(t, "item")]
-			switch rapid.IntRange(0, 3).Draw(t, "op") {
-			case 0, 1:
+			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
+			case op == 9:
+				s.clear()
+				clear(in)
+			case op < 5:
 				x.at = base.Add(time.Duration(rapid.IntRange(0, 20).Draw(t, "at")) * time.Second)
 				s.set(x)
 				in[x] = true
-			case 2:
+			case op < 7:
 				s.remove(x)
 				delete(in, x)
-			case 3:
+			default:
 				if s.len() == 0 {
 					continue
 				}
@@ -52,17 +55,25 @@ func TestScheduleOrder(t *testing.T) {
 			if s.len() != len(in) {
 				t.Fatalf("len %d, want %d", s.len(), len(in))
 			}
+			current := 0
 			for i, e := range s.items {
-				if e.x.slot != i+1 || !e.at.Equal(e.x.at) {
-					t.Fatalf("entry %d: slot %d, at %v (item's %v)", i, e.x.slot, e.at, e.x.at)
-				}
 				if i > 0 && e.at.Before(s.items[(i-1)/scheduleArity].at) {
 					t.Fatalf("entry %d before its parent", i)
 				}
+				if e.mark != e.x.mark {
+					continue // stale
+				}
+				current++
+				if !in[e.x] || !e.at.Equal(e.x.at) {
+					t.Fatalf("entry %d: current for an item scheduled %v, at %v (item's %v)", i, in[e.x], e.at, e.x.at)
+				}
+			}
+			if current != len(in) {
+				t.Fatalf("%d current entries, want %d", current, len(in))
 			}
 			for _, y := range items {
-				if !in[y] && y.slot != 0 {
-					t.Fatalf("an unscheduled item has slot %d", y.slot)
+				if s.scheduled(y) != in[y] {
+					t.Fatalf("scheduled %v, want %v", s.scheduled(y), in[y])
 				}
 			}
 		}

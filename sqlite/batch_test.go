@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,6 +190,75 @@ func TestSQLiteBatchContextAndClose(t *testing.T) {
 	testkit.WantErr(t, "GetMany after Close", err, lease.ErrClosed)
 	_, err = d.List(ctxBG, "", "", 10)
 	testkit.WantErr(t, "List after Close", err, lease.ErrClosed)
+}
+
+// TestSQLiteBatchStopsWhenContextEndsMidway: a ctx that ends while a
+// chunk's writes run stops the chunk at the next write and rolls it back:
+// every write reports the error and none of them is in the file.
+func TestSQLiteBatchStopsWhenContextEndsMidway(t *testing.T) {
+	d, _ := sqliteBatch(t)
+	ws := make([]lease.Write, 100)
+	keys := make([]string, len(ws))
+	for i := range ws {
+		keys[i] = fmt.Sprintf("k%03d", i)
+		ws[i] = lease.Write{Rec: lease.Record{Key: keys[i], Owner: "o", Epoch: 1}, Pre: lease.Precondition{Absent: true}}
+	}
+	ctx := newEndingContext(50) // ends at its 50th Err: while the writes run
+	results, err := d.PutMany(ctx, ws)
+	if err != nil {
+		t.Fatalf("PutMany: %v; want an error per write", err)
+	}
+	if ctx.asked() < 50 {
+		t.Fatalf("the batch asked its context %d times; want the context to end midway", ctx.asked())
+	}
+	for i, r := range results {
+		if !errors.Is(r.Err, context.Canceled) {
+			t.Fatalf("write %d: %+v; want context.Canceled", i, r)
+		}
+	}
+	got, err := d.GetMany(ctxBG, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		if !errors.Is(r.Err, lease.ErrNotFound) {
+			t.Fatalf("%s after the stopped batch: %+v; want nothing written", keys[i], r)
+		}
+	}
+}
+
+// endingContext is a context that ends (Canceled) at its n-th Err call.
+type endingContext struct {
+	context.Context
+	mu    sync.Mutex
+	left  int
+	calls int
+	done  chan struct{}
+}
+
+func newEndingContext(n int) *endingContext {
+	return &endingContext{Context: context.Background(), left: n, done: make(chan struct{})}
+}
+
+func (c *endingContext) Done() <-chan struct{} { return c.done }
+
+func (c *endingContext) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	if c.left--; c.left == 0 {
+		close(c.done)
+	}
+	if c.left <= 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+func (c *endingContext) asked() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
 }
 
 // TestSQLiteGetMany: each key is answered as Get would answer it: its

@@ -15,10 +15,14 @@ import "time"
 // pointer, and each entry carries its item's time, so comparisons stay
 // within the heap's own array; four children per entry halve the levels.
 // The keeper moves each Held's renewal and deadline later at every
-// renewal, which here is an append that rarely sifts.
+// renewal, which here is an append that rarely sifts. A stale entry still
+// points at its item, so when stale entries outnumber three per item (plus
+// a slack), compact drops them all: after a ReleaseAll, say, the ended
+// Helds are not kept alive until their old times come up.
 type schedule[T comparable] struct {
 	items []scheduled[T]
 	n     int // current entries: the items scheduled
+	slack int // stale entries allowed beyond 3n before compact
 	when  func(T) time.Time
 	mark  func(T) *uint64
 }
@@ -35,7 +39,7 @@ type scheduled[T any] struct {
 const scheduleArity = 4
 
 func newSchedule[T comparable](when func(T) time.Time, mark func(T) *uint64) *schedule[T] {
-	return &schedule[T]{when: when, mark: mark}
+	return &schedule[T]{when: when, mark: mark, slack: 1024}
 }
 
 // set schedules x at its time, or moves it there.
@@ -49,6 +53,7 @@ func (s *schedule[T]) set(x T) {
 	}
 	s.items = append(s.items, scheduled[T]{at: s.when(x), x: x, mark: *m})
 	s.up(len(s.items) - 1)
+	s.compactIfStale()
 }
 
 // remove unschedules x, if it is scheduled.
@@ -56,6 +61,7 @@ func (s *schedule[T]) remove(x T) {
 	if m := s.mark(x); *m%2 == 1 {
 		*m++
 		s.n--
+		s.compactIfStale()
 	}
 }
 
@@ -79,6 +85,7 @@ func (s *schedule[T]) pop() T {
 	*s.mark(x)++
 	s.n--
 	s.removeTop()
+	s.compactIfStale()
 	return x
 }
 
@@ -94,6 +101,27 @@ func (s *schedule[T]) clear() {
 	}
 	clear(s.items)
 	s.items, s.n = s.items[:0], 0
+}
+
+// compactIfStale drops every stale entry once there are more than 3n
+// plus slack of them: each compaction follows at least that many sets and
+// removes, so it costs O(1) per operation.
+func (s *schedule[T]) compactIfStale() {
+	if len(s.items)-s.n <= 3*s.n+s.slack {
+		return
+	}
+	kept := make([]scheduled[T], 0, 2*s.n)
+	for _, e := range s.items {
+		if *s.mark(e.x) == e.mark {
+			kept = append(kept, e)
+		}
+	}
+	s.items = kept
+	if len(kept) > 1 {
+		for i := (len(kept) - 2) / scheduleArity; i >= 0; i-- {
+			s.down(i)
+		}
+	}
 }
 
 // dropStale removes stale entries from the top of the heap.

@@ -9,7 +9,8 @@ import (
 
 // TestScheduleOrder: whatever items are set, moved and removed, the
 // schedule pops them earliest first, never an item that is not scheduled,
-// knows which items are scheduled, and first agrees with pop.
+// knows which items are scheduled, first agrees with pop, and stale
+// entries never outnumber three per item plus the slack.
 func TestScheduleOrder(t *testing.T) {
 	type item struct {
 		at   time.Time
@@ -22,6 +23,7 @@ func TestScheduleOrder(t *testing.T) {
 			items[i] = &item{}
 		}
 		s := newSchedule(func(x *item) time.Time { return x.at }, func(x *item) *uint64 { return &x.mark })
+		s.slack = rapid.IntRange(0, 8).Draw(t, "slack") // small, so that compactions happen
 		in := map[*item]bool{}
 		for range rapid.IntRange(0, 200).Draw(t, "steps") {
 			x := items[rapid.IntRange(0, len(items)-1).Draw(t, "item")]
@@ -67,6 +69,9 @@ func TestScheduleOrder(t *testing.T) {
 				if !in[e.x] || !e.at.Equal(e.x.at) {
 					t.Fatalf("entry %d: current for an item scheduled %v, at %v (item's %v)", i, in[e.x], e.at, e.x.at)
 				}
+			}
+			if stale := len(s.items) - current; stale > 3*current+s.slack {
+				t.Fatalf("%d stale entries beside %d current ones (slack %d)", stale, current, s.slack)
 			}
 			if current != len(in) {
 				t.Fatalf("%d current entries, want %d", current, len(in))

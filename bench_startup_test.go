@@ -252,3 +252,42 @@ func keeperIdle(s *DocumentStore) {
 		time.Sleep(5 * time.Millisecond) // polling the keeper's calls, not waiting for time to pass
 	}
 }
+
+// BenchmarkHoldAlone measures what coalescing costs a Hold that has no
+// company: one Hold and its Release at a time on a memory store, beside
+// the floor of the same run, a bare Acquire and Release of another key on
+// the same store. The difference is the gathering window (gatherWindow)
+// a Hold's first look waits for other Holds to share its batch, plus the
+// keeper's hand-off.
+func BenchmarkHoldAlone(b *testing.B) {
+	s, err := NewDocumentStore(NewMemoryDriver(), WithOwner("bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	var held, floor time.Duration
+	for b.Loop() {
+		start := time.Now()
+		h, err := Hold(ctx, s, "alone")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		held += time.Since(start)
+		start = time.Now()
+		g, err := s.Acquire(ctx, "floor")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Release(ctx, g); err != nil {
+			b.Fatal(err)
+		}
+		floor += time.Since(start)
+	}
+	b.ReportMetric(float64(held.Nanoseconds())/float64(b.N), "ns/op")
+	b.ReportMetric(float64(floor.Nanoseconds())/float64(b.N), "floor-ns/op")
+	b.ReportMetric(gatherWindow.Seconds()*1e9, "window-ns")
+}

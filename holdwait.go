@@ -37,8 +37,11 @@ type waiter struct {
 
 // gatherWindow is how long a Hold's first look waits for other Holds to
 // share its storage call, so that concurrent Holds coalesce into a few
-// batched looks instead of one call each. HoldEach's keys, and FailIfHeld
-// Holds, look at once.
+// batched looks instead of one call each. Only a Hold that comes while
+// other looks are pending or in flight waits: a Hold that comes alone
+// looks at once (the first of a burst too, and the rest gather behind
+// its look).
+// HoldEach's keys, and FailIfHeld Holds, look at once.
 const gatherWindow = time.Millisecond
 
 // releaseWatcher is a store that can tell at once when a key may have
@@ -52,11 +55,13 @@ type releaseWatcher interface {
 // FailIfHeld while the store's own Held of the key is live) is answered on
 // ch and not returned.
 func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch chan<- HoldResult) []*waiter {
-	gather := len(keys) == 1 && !cfg.failIfHeld
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	ws := make([]*waiter, 0, len(keys))
 	now := time.Now()
+	// A Hold gathers only when other looks are pending or in flight: one
+	// that comes alone looks at once.
+	gather := len(keys) == 1 && !cfg.failIfHeld && (k.looking || k.looks.len() > 0)
 	for _, key := range keys {
 		if k.stopped {
 			ch <- HoldResult{Key: key, Err: ErrClosed}

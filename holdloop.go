@@ -43,6 +43,7 @@ type keeper struct {
 	renewing   int                  // renewal calls in flight
 	lookPerKey time.Duration        // time per key of recent looks (sizes the next)
 	looking    bool                 // a look call is in flight
+	lastHold   time.Time            // when the store's last Hold that may gather came
 	running    bool                 // the loop goroutine is running
 	stopped    bool                 // the store closed: no more Helds or waits
 	users      int                  // callers between keeperFor and unuse (foreign keepers)

@@ -37,10 +37,10 @@ type waiter struct {
 
 // gatherWindow is how long a Hold's first look waits for other Holds to
 // share its storage call, so that concurrent Holds coalesce into a few
-// batched looks instead of one call each. Only a Hold that comes while
-// other looks are pending or in flight waits: a Hold that comes alone
-// looks at once (the first of a burst too, and the rest gather behind
-// its look).
+// batched looks instead of one call each. Only a Hold that comes within
+// gatherWindow of the store's previous Hold waits: a Hold that comes
+// alone looks at once (the first of a burst too; the rest gather behind
+// it).
 // HoldEach's keys, and FailIfHeld Holds, look at once.
 const gatherWindow = time.Millisecond
 
@@ -59,9 +59,10 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 	defer k.mu.Unlock()
 	ws := make([]*waiter, 0, len(keys))
 	now := time.Now()
-	// A Hold gathers only when other looks are pending or in flight: one
-	// that comes alone looks at once.
-	gather := len(keys) == 1 && !cfg.failIfHeld && (k.looking || k.looks.len() > 0)
+	gather := len(keys) == 1 && !cfg.failIfHeld
+	if gather { // only a Hold that comes within gatherWindow of another gathers
+		gather, k.lastHold = now.Sub(k.lastHold) < gatherWindow, now
+	}
 	for _, key := range keys {
 		if k.stopped {
 			ch <- HoldResult{Key: key, Err: ErrClosed}

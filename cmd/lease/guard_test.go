@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -261,7 +262,9 @@ func TestLossKillsGroupAfterGrace(t *testing.T) {
 	noZombies(t)
 }
 
-// steal makes another owner the holder of key in the SQLite file at path.
+// steal makes another owner the holder of key in the SQLite file at path,
+// behind its holder's back. A renewal landing between the read and the
+// write makes the write conflict; the thief then reads again.
 func steal(t *testing.T, path, key string) {
 	t.Helper()
 	d, err := sqlite.Open(path)
@@ -269,13 +272,19 @@ func steal(t *testing.T, path, key string) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	rec, version, err := d.Get(t.Context(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Owner, rec.Epoch, rec.ExpiresAt = "thief", rec.Epoch+1, time.Now().Add(time.Hour)
-	if _, err := d.Put(t.Context(), rec, lease.Precondition{Version: version}); err != nil {
-		t.Fatal(err)
+	for try := 0; ; try++ {
+		rec, version, err := d.Get(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Owner, rec.Epoch, rec.ExpiresAt = "thief", rec.Epoch+1, time.Now().Add(time.Hour)
+		_, err = d.Put(t.Context(), rec, lease.Precondition{Version: version})
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, lease.ErrConflict) || try == 100 {
+			t.Fatal(err)
+		}
 	}
 }
 

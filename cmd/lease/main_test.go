@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/leasekit/lease"
-	"github.com/leasekit/lease/sqlite"
 )
 
 // These end-to-end tests build the lease binary and run it as real
@@ -532,19 +531,7 @@ func TestRunLostLease(t *testing.T) {
 	if l := p.line(t); l != "ready" {
 		t.Fatalf("COMMAND said %q; want ready", l)
 	}
-	d, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	rec, version, err := d.Get(t.Context(), "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Owner, rec.Epoch, rec.ExpiresAt = "thief", rec.Epoch+1, time.Now().Add(time.Hour)
-	if _, err := d.Put(t.Context(), rec, lease.Precondition{Version: version}); err != nil {
-		t.Fatal(err)
-	}
+	steal(t, path, "k")
 	if code := p.wait(t); code != exitLost {
 		t.Errorf("status %d; want %d (stderr %s)", code, exitLost, p.stderr.String())
 	}

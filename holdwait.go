@@ -40,8 +40,7 @@ type waiter struct {
 // batched looks instead of one call each. Only a Hold that comes within
 // gatherWindow of the store's previous Hold waits: a Hold that comes
 // alone looks at once (the first of a burst too; the rest gather behind
-// it).
-// HoldEach's keys, and FailIfHeld Holds, look at once.
+// it). HoldEach's keys, and FailIfHeld Holds, look at once.
 const gatherWindow = time.Millisecond
 
 // releaseWatcher is a store that can tell at once when a key may have

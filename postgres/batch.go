@@ -24,7 +24,8 @@ func (d *postgresDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease
 		return nil, err
 	}
 	results := make([]lease.PutResult, len(ws))
-	if hasDuplicateKeys(ws) {
+	at, dup := indexByKey(ws)
+	if dup {
 		for i, w := range ws {
 			results[i].Version, results[i].Err = d.Put(ctx, w.Rec, w.Pre)
 		}
@@ -32,7 +33,7 @@ func (d *postgresDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease
 	}
 	for start := 0; start < len(ws); start += postgresMaxBatch {
 		end := min(start+postgresMaxBatch, len(ws))
-		if err := d.putChunk(ctx, ws[start:end], results[start:end]); err != nil {
+		if err := d.putChunk(ctx, ws[start:end], results[start:end], at, start); err != nil {
 			if start == 0 && end == len(ws) {
 				return nil, err // one statement: every outcome is unknown
 			}
@@ -44,24 +45,26 @@ func (d *postgresDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease
 	return results, nil
 }
 
-func hasDuplicateKeys(ws []lease.Write) bool {
-	seen := make(map[string]struct{}, len(ws))
-	for _, w := range ws {
-		if _, ok := seen[w.Rec.Key]; ok {
-			return true
+// indexByKey maps each key of ws to its write's index, and reports
+// whether a key is named twice.
+func indexByKey(ws []lease.Write) (at map[string]int, dup bool) {
+	at = make(map[string]int, len(ws))
+	for i, w := range ws {
+		if _, ok := at[w.Rec.Key]; ok {
+			return nil, true
 		}
-		seen[w.Rec.Key] = struct{}{}
+		at[w.Rec.Key] = i
 	}
-	return false
+	return at, false
 }
 
-// putChunk runs the batch statement for ws, whose keys are distinct, and
-// fills results. A write refused before the statement keeps its own error;
-// the others go on.
-func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results []lease.PutResult) error {
+// putChunk runs the batch statement for ws, the writes of the batch from
+// index start, and fills results; at maps each key of the batch (named
+// once) to its index there. A write refused before the statement keeps its
+// own error; the others go on.
+func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results []lease.PutResult, at map[string]int, start int) error {
 	n := len(ws)
 	var (
-		at       = make(map[string]int, n) // key -> index in ws of a write sent
 		keys     = make([]string, 0, n)
 		versions = make([]int64, 0, n)
 		owners   = make([]string, 0, n)
@@ -82,7 +85,6 @@ func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results
 			}
 			v = int64(w.Pre.Version)
 		}
-		at[w.Rec.Key] = i
 		keys = append(keys, w.Rec.Key)
 		versions = append(versions, v)
 		owners = append(owners, w.Rec.Owner)
@@ -105,15 +107,15 @@ func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results
 		if err := rows.Scan(&key); err != nil {
 			return d.fail(batchOp, err)
 		}
-		if i, ok := at[key]; ok {
-			landed[i] = true
+		if i, ok := at[key]; ok && i >= start && i < start+n {
+			landed[i-start] = true
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return d.fail(batchOp, err)
 	}
 	for j, key := range keys {
-		i := at[key]
+		i := at[key] - start
 		switch {
 		case !landed[i]:
 			results[i].Err = lease.ErrConflict

@@ -159,8 +159,7 @@ func renewRound(k *keeper, hs []*Held) {
 	k.mu.Lock()
 	grants := make([]Grant, len(hs))
 	for i, h := range hs {
-		k.dues.remove(h)
-		h.renewing = true
+		h.renewing = true // its round's renewal skips it
 		grants[i] = h.Grant()
 	}
 	k.renewing++

@@ -16,11 +16,18 @@ import (
 // more (a lost compare-and-swap, a grant missing from the table, a busy
 // key) is handed to the one-key operation, which knows every case.
 
-// batchWrite is one key's write in a batch: g stored (released or not)
-// against pre.
+// batchWrite is one key's write in a batch: grant stored (released or
+// not) against pre.
 type batchWrite struct {
-	p   pendingWrite
-	idx int // the caller's index for this key
+	grant    Grant
+	pre      Precondition
+	released bool
+	idx      int // the caller's index for this key
+}
+
+// pending is w as a write whose outcome is unknown.
+func (w batchWrite) pending() pendingWrite {
+	return pendingWrite{want: recordOf(w.grant, w.released), grant: w.grant, pre: w.pre}
 }
 
 var _ batchStore = (*DocumentStore)(nil)
@@ -34,7 +41,10 @@ func (l lockedKeys) unlock() {
 	}
 }
 
-// renewMany renews gs, each as Renew would (R6, R12).
+// renewMany renews gs, each as Renew would (R6, R12). The keys it finds
+// in the table, unexpired and with no write of unknown outcome, are
+// locked, checked and written together; Renew takes the rest, one at a
+// time, and knows every case.
 func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult {
 	out := make([]grantResult, len(gs))
 	if err := s.usable(ctx); err != nil {
@@ -44,27 +54,16 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 		return out
 	}
 	s.settleUnknown(ctx, gs)
-	var (
-		locks  = make(lockedKeys, 0, len(gs))
-		batch  = make([]batchWrite, 0, len(gs))
-		single []int
-	)
-	now := s.cfg.now()
+	keys, ok := make([]string, len(gs)), make([]bool, len(gs))
 	for i, g := range gs {
-		h, unlock, ok := s.tableGrant(g)
-		if ok && expired(h.grant.ExpiresAt, now) && mutant != mutantBatchRenewExpired {
-			unlock()
-			ok = false
-		}
-		if !ok {
-			single = append(single, i) // Renew reads the record and decides
-			continue
-		}
-		locks = append(locks, unlock)
-		next := h.grant
-		next.ExpiresAt = s.expiry(now)
-		batch = append(batch, batchWrite{idx: i, p: pendingWrite{
-			want: recordOf(next, false), grant: next, pre: Precondition{Version: h.version}}})
+		keys[i], ok[i] = g.Key, ValidateKey(g.Key) == nil
+	}
+	s.locks.tryLockEach(keys, ok)
+	batch, single, drop := s.renewals(gs, ok)
+	s.locks.unlockEach(drop)
+	locked := keys[:0] // the batch's keys, in the order of batch
+	for _, w := range batch {
+		locked = append(locked, w.grant.Key)
 	}
 	for j, err := range s.putBatch(ctx, "renew", batch) {
 		i := batch[j].idx
@@ -73,18 +72,47 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 		}
 		switch {
 		case err == nil:
-			out[i].g = batch[j].p.grant
+			out[i].g = batch[j].grant
 		case errors.Is(err, ErrConflict), errors.Is(err, errSuperseded):
 			single = append(single, i) // the version moved: Renew re-reads (R6)
 		default:
 			out[i].err = err
 		}
 	}
-	locks.unlock()
+	s.locks.unlockEach(locked)
 	for _, i := range single {
 		out[i].g, out[i].err = s.Renew(ctx, gs[i])
 	}
 	return out
+}
+
+// renewals returns, under one lock of the table, the writes that renew
+// the grants of gs whose keys are locked (ok) and which the table holds
+// unexpired with no write of unknown outcome; the indices of the others,
+// for Renew; and the locked keys that are not in the batch, to unlock.
+func (s *DocumentStore) renewals(gs []Grant, ok []bool) (batch []batchWrite, single []int, drop []string) {
+	batch = make([]batchWrite, 0, len(gs))
+	now := s.cfg.now()
+	expiry := s.expiry(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	unsettled := len(s.pending) > 0
+	for i, g := range gs {
+		if !ok[i] {
+			single = append(single, i)
+			continue
+		}
+		h, held := s.held[g.Key]
+		if !held || (unsettled && len(s.pending[g.Key]) > 0) || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch ||
+			(expired(h.grant.ExpiresAt, now) && mutant != mutantBatchRenewExpired) {
+			single, drop = append(single, i), append(drop, g.Key) // Renew reads the record and decides
+			continue
+		}
+		next := h.grant
+		next.ExpiresAt = expiry
+		batch = append(batch, batchWrite{idx: i, grant: next, pre: Precondition{Version: h.version}})
+	}
+	return batch, single, drop
 }
 
 // settleUnknown re-reads, in one batched read, the keys of gs that have
@@ -127,27 +155,6 @@ func (s *DocumentStore) settleUnknown(ctx context.Context, gs []Grant) {
 	}
 }
 
-// tableGrant locks g's key if it is free and returns the table's entry
-// for g, when the table holds g with no write of unknown outcome.
-func (s *DocumentStore) tableGrant(g Grant) (heldGrant, func(), bool) {
-	if ValidateKey(g.Key) != nil {
-		return heldGrant{}, nil, false
-	}
-	unlock, ok := s.locks.tryLock(g.Key)
-	if !ok {
-		return heldGrant{}, nil, false
-	}
-	s.mu.Lock()
-	h, held := s.held[g.Key]
-	unsettled := len(s.pending[g.Key]) > 0
-	s.mu.Unlock()
-	if !held || unsettled || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch {
-		unlock()
-		return heldGrant{}, nil, false
-	}
-	return h, unlock, true
-}
-
 // acquireMany acquires keys, each as Acquire would (R4, R12), with one
 // batched read and one batched write when the driver can batch.
 func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantResult {
@@ -179,7 +186,7 @@ func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantR
 		i := batch[j].idx
 		switch {
 		case err == nil:
-			out[i].g = batch[j].p.grant
+			out[i].g = batch[j].grant
 			if out[i].g.PreviousUnclean {
 				s.cfg.logger.Info("lease: took over from a holder that did not release",
 					"key", keys[i], "epoch", out[i].g.Epoch)
@@ -248,8 +255,7 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 		default:
 			g := d.Next
 			g.Key = key
-			batch = append(batch, batchWrite{idx: i, p: pendingWrite{
-				want: recordOf(g, false), grant: g, pre: Precondition{Absent: rec == nil, Version: version}}})
+			batch = append(batch, batchWrite{idx: i, grant: g, pre: Precondition{Absent: rec == nil, Version: version}})
 		}
 	}
 	return batch
@@ -264,7 +270,7 @@ func (s *DocumentStore) putBatch(ctx context.Context, op string, batch []batchWr
 	bd, ok := s.d.(BatchDriver)
 	if !ok || len(batch) == 1 {
 		for j, w := range batch {
-			errs[j] = s.write(ctx, op, w.p.grant, w.p.want.Released, w.p.pre)
+			errs[j] = s.write(ctx, op, w.grant, w.released, w.pre)
 		}
 		return errs
 	}
@@ -273,44 +279,73 @@ func (s *DocumentStore) putBatch(ctx context.Context, op string, batch []batchWr
 	}
 	ws := make([]Write, len(batch))
 	for j, w := range batch {
-		ws[j] = Write{Rec: w.p.want, Pre: w.p.pre}
+		ws[j] = Write{Rec: recordOf(w.grant, w.released), Pre: w.pre}
 	}
 	results, err := s.putMany(ctx, bd, ws)
 	if err == nil && len(results) != len(ws) {
 		err = fmt.Errorf("driver answered %d of %d writes", len(results), len(ws))
 	}
-	var unknown []int
+	if err == nil {
+		s.commitLanded(batch, results)
+	}
+	var (
+		unknown []int
+		pending []pendingWrite
+	)
 	for j := range batch {
 		var version uint64
 		perr := err
 		if err == nil {
+			if results[j].Err == nil {
+				continue // in the table already
+			}
 			version, perr = results[j].Version, results[j].Err
 		}
-		if errs[j] = s.answered(op, &batch[j].p, version, perr); isUnknown(errs[j]) {
-			unknown = append(unknown, j)
+		p := batch[j].pending()
+		if errs[j] = s.answered(op, &p, version, perr); isUnknown(errs[j]) {
+			unknown, pending = append(unknown, j), append(pending, p)
 		}
 	}
-	s.settleBatch(ctx, op, batch, unknown, errs)
+	s.settleBatch(ctx, op, unknown, pending, errs)
 	return errs
 }
 
-// settleBatch re-reads the keys of the writes whose outcome is unknown, in
-// one round trip when the driver can, and settles each (R9).
-func (s *DocumentStore) settleBatch(ctx context.Context, op string, batch []batchWrite, unknown []int, errs []error) {
+// commitLanded takes into the table, under one lock, every write of
+// batch that landed, as answered does for one write.
+func (s *DocumentStore) commitLanded(batch []batchWrite, results []PutResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tidy := len(s.pending) > 0 || len(s.unseen) > 0
+	for j, w := range batch {
+		if results[j].Err != nil {
+			continue
+		}
+		if tidy {
+			delete(s.pending, w.grant.Key)
+			delete(s.unseen, w.grant.Key)
+		}
+		s.commitLocked(w.grant, w.released, results[j].Version)
+	}
+}
+
+// settleBatch re-reads the keys of the writes whose outcome is unknown
+// (pending[n] is the write at unknown[n]), in one round trip when the
+// driver can, and settles each (R9).
+func (s *DocumentStore) settleBatch(ctx context.Context, op string, unknown []int, pending []pendingWrite, errs []error) {
 	if len(unknown) == 0 {
 		return
 	}
 	br, ok := s.d.(BatchReader)
 	if !ok {
-		for _, j := range unknown {
-			rec, _, rerr := s.read(ctx, op, batch[j].p.want.Key)
-			errs[j] = s.resolved(op, batch[j].p, errs[j], rec, rerr)
+		for n, j := range unknown {
+			rec, _, rerr := s.read(ctx, op, pending[n].want.Key)
+			errs[j] = s.resolved(op, pending[n], errs[j], rec, rerr)
 		}
 		return
 	}
 	keys := make([]string, len(unknown))
-	for n, j := range unknown {
-		keys[n] = batch[j].p.want.Key
+	for n := range unknown {
+		keys[n] = pending[n].want.Key
 	}
 	results, err := s.getMany(ctx, br, keys)
 	if err == nil && len(results) != len(keys) {
@@ -323,7 +358,7 @@ func (s *DocumentStore) settleBatch(ctx context.Context, op string, batch []batc
 			r := results[n]
 			rec, _, rerr = s.readResult(op, keys[n], r.Rec, r.Version, r.Err)
 		}
-		errs[j] = s.resolved(op, batch[j].p, errs[j], rec, rerr)
+		errs[j] = s.resolved(op, pending[n], errs[j], rec, rerr)
 	}
 }
 
@@ -358,8 +393,7 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 			single = append(single, g)
 			continue
 		}
-		batch = append(batch, batchWrite{p: pendingWrite{
-			want: recordOf(h.grant, true), grant: h.grant, pre: Precondition{Version: h.version}}})
+		batch = append(batch, batchWrite{grant: h.grant, released: true, pre: Precondition{Version: h.version}})
 	}
 	if mutant == mutantLateEnd {
 		defer s.holds.giveUp(grants...)
@@ -367,7 +401,7 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 		s.holds.giveUp(grants...) // their Helds end before any key can pass on (R17)
 	}
 	for j, err := range s.putBatch(ctx, "release", batch) {
-		g := batch[j].p.grant
+		g := batch[j].grant
 		switch {
 		case err == nil:
 			s.obs.released(g, true, nil)

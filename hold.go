@@ -113,13 +113,11 @@ type Held struct {
 	margin time.Duration
 
 	// Guarded by k.mu: the loop's schedule for this Held.
-	due        time.Time     // next renewal, on the monotonic clock; zero: none
-	deadline   time.Time     // stop working by then (ExpiresAt - margin), monotonic; zero: never
-	retry      time.Duration // the wait before the next retry of a failed renewal
-	renewErr   error         // the last failed renewal's error, nil after a success
-	renewing   bool          // a renewal of it is in flight
-	dueMark    uint64        // k.dues' mark (schedule)
-	expiryMark uint64        // k.deadlines' mark (schedule)
+	round    *round        // its next renewal and deadline (rounds.go); nil: none
+	slot     int           // its index in round.members
+	retry    time.Duration // the wait before the next retry of a failed renewal
+	renewErr error         // the last failed renewal's error, nil after a success
+	renewing bool          // a renewal of it is in flight
 
 	mu      sync.Mutex // guards the fields below; taken after k.mu, never before
 	grant   Grant      // the newest grant

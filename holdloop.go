@@ -37,8 +37,9 @@ type keeper struct {
 	queues     map[string][]*waiter // each key's waiters, first come, first served
 	spent      map[string]Grant     // the last grant a Held of the key had, while the store may hold it still
 	settling   map[string]int       // writes in flight that give a key's grant up
-	dues       *schedule[*Held]     // Helds by next renewal
-	deadlines  *schedule[*Held]     // Helds by deadline
+	dues       *schedule[*round]    // rounds by next renewal
+	deadlines  *schedule[*round]    // rounds by deadline
+	lastRound  *round               // the round made last, which Helds scheduled alike join
 	looks      *schedule[*waiter]   // the first waiter of each free key, by next look
 	renewing   int                  // renewal calls in flight
 	lookPerKey time.Duration        // time per key of recent looks (sizes the next)
@@ -72,8 +73,8 @@ func newKeeper(s Store) *keeper {
 		settling: make(map[string]int),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
-	k.dues = newSchedule(func(h *Held) time.Time { return h.due }, func(h *Held) *uint64 { return &h.dueMark })
-	k.deadlines = newSchedule(func(h *Held) time.Time { return h.deadline }, func(h *Held) *uint64 { return &h.expiryMark })
+	k.dues = newSchedule(func(r *round) time.Time { return r.due }, func(r *round) *uint64 { return &r.dueMark })
+	k.deadlines = newSchedule(func(r *round) time.Time { return r.deadline }, func(r *round) *uint64 { return &r.expiryMark })
 	k.looks = newSchedule(func(w *waiter) time.Time { return w.due }, func(w *waiter) *uint64 { return &w.lookMark })
 	return k
 }
@@ -261,24 +262,19 @@ func (k *keeper) scheduleLocked(h *Held, g Grant, start time.Time) {
 	if g.ExpiresAt.IsZero() {
 		return // never expires: nothing to renew
 	}
-	h.deadline = start.Add(g.ExpiresAt.Sub(start) - h.margin)
-	h.due = earliest(start.Add(h.renew), h.deadline.Add(-h.renew/4))
+	deadline := start.Add(g.ExpiresAt.Sub(start) - h.margin)
 	h.retry, h.renewErr = max(h.renew/8, time.Millisecond), nil
-	k.deadlines.set(h)
-	if !h.renewing {
-		k.dues.set(h)
-	}
+	k.joinLocked(h, earliest(start.Add(h.renew), deadline.Add(-h.renew/4)), deadline)
 }
 
 // endLocked ends h with cause (loss: the lease was lost rather than given
 // up), takes it off the loop, and lets the key's next waiter look once no
 // write giving the grant up is in flight.
 func (k *keeper) endLocked(h *Held, cause error, loss bool) {
+	k.leaveLocked(h)
 	if !h.end(cause, loss) {
 		return
 	}
-	k.dues.remove(h)
-	k.deadlines.remove(h)
 	if k.helds[h.key] == h {
 		delete(k.helds, h.key)
 	}
@@ -364,6 +360,7 @@ func (k *keeper) close() {
 	clear(k.helds)
 	k.dues.clear()
 	k.deadlines.clear()
+	k.lastRound = nil
 	for _, ws := range k.queues {
 		for _, w := range ws {
 			k.answerLocked(w, HoldResult{Key: w.key, Err: ErrClosed})
@@ -418,30 +415,39 @@ func (k *keeper) expireLocked(now time.Time) {
 		return // keep holding past the deadline
 	}
 	for {
-		h, ok := k.deadlines.first()
-		if !ok || now.Before(h.deadline) {
+		r, ok := k.deadlines.first()
+		if !ok || now.Before(r.deadline) {
 			return
 		}
-		g := h.Grant()
-		cause := fmt.Errorf("%w: %q epoch %d was not renewed before its expiry minus the safety margin (%v)",
-			ErrLost, g.Key, g.Epoch, h.margin)
-		if h.renewErr != nil {
-			cause = fmt.Errorf("%w; last renewal: %w", cause, quoted{h.renewErr})
+		for _, h := range r.members {
+			if h != nil {
+				k.expireHeldLocked(h)
+			}
 		}
-		k.endLocked(h, cause, true)
-		k.observeLost(g, LossDeadline)
 	}
+}
+
+// expireHeldLocked ends h, whose deadline has come.
+func (k *keeper) expireHeldLocked(h *Held) {
+	g := h.Grant()
+	cause := fmt.Errorf("%w: %q epoch %d was not renewed before its expiry minus the safety margin (%v)",
+		ErrLost, g.Key, g.Epoch, h.margin)
+	if h.renewErr != nil {
+		cause = fmt.Errorf("%w; last renewal: %w", cause, quoted{h.renewErr})
+	}
+	k.endLocked(h, cause, true)
+	k.observeLost(g, LossDeadline)
 }
 
 // nextWakeLocked is when the loop must look next: the earliest deadline,
 // renewal or look.
 func (k *keeper) nextWakeLocked(now time.Time) time.Time {
 	next := now.Add(time.Hour)
-	if h, ok := k.deadlines.first(); ok && mutant != mutantNoDeadline {
-		next = earliest(next, h.deadline)
+	if r, ok := k.deadlines.first(); ok && mutant != mutantNoDeadline {
+		next = earliest(next, r.deadline)
 	}
-	if h, ok := k.dues.first(); ok && k.renewing < maxRenewCalls {
-		next = earliest(next, h.due)
+	if r, ok := k.dues.first(); ok && k.renewing < maxRenewCalls {
+		next = earliest(next, r.due)
 	}
 	if w, ok := k.looks.first(); ok && !k.looking {
 		next = earliest(next, w.due)
@@ -524,31 +530,31 @@ func renewAll(ctx context.Context, s Store, gs []Grant) []grantResult {
 // maxBatch, with at most maxRenewCalls in flight.
 func (k *keeper) startRenewalsLocked(now time.Time) {
 	for k.renewing < maxRenewCalls {
-		h, ok := k.dues.first()
-		if !ok || now.Before(h.due) {
+		r, ok := k.dues.first()
+		if !ok || now.Before(r.due) {
 			return
 		}
 		var batch []*Held
 		for len(batch) < maxBatch {
-			h, ok := k.dues.first()
-			if !ok || h.due.Sub(now) > h.renew/2 {
+			r, ok := k.dues.first()
+			if !ok || r.due.Sub(now) > r.renew/2 {
 				break
 			}
-			k.dues.pop()
-			h.renewing = true
-			batch = append(batch, h)
+			batch = k.takeLocked(r, batch)
 		}
-		k.startRenewLocked(batch)
+		if len(batch) > 0 {
+			k.startRenewLocked(batch)
+		}
 	}
 }
 
 // startRenewLocked starts one renewal call of batch.
 func (k *keeper) startRenewLocked(batch []*Held) {
 	grants := make([]Grant, len(batch))
-	deadline := batch[0].deadline
+	deadline := batch[0].deadlineLocked()
 	for i, h := range batch {
 		grants[i] = h.Grant()
-		deadline = earliest(deadline, h.deadline)
+		deadline = earliest(deadline, h.deadlineLocked())
 	}
 	k.renewing++
 	k.calls.Add(1)
@@ -579,8 +585,11 @@ func (k *keeper) renew(batch []*Held, grants []Grant, deadline time.Time) {
 	defer k.mu.Unlock()
 	k.renewing--
 	k.poke()
-	var again []*Held
-	now := time.Now()
+	var (
+		again            []*Held
+		now              = time.Now()
+		retryOf, retryAt = time.Duration(-1), now // Helds failing alike retry in one round
+	)
 	for i, h := range batch {
 		h.renewing = false
 		r := results[i]
@@ -600,9 +609,11 @@ func (k *keeper) renew(batch []*Held, grants []Grant, deadline time.Time) {
 			again = append(again, h)
 		default: // storage failing: retry sooner; the deadline stops the work in time
 			h.renewErr = r.err
-			h.due = now.Add(jitter(h.retry))
+			if h.retry != retryOf {
+				retryOf, retryAt = h.retry, now.Add(jitter(h.retry))
+			}
 			h.retry = max(min(2*h.retry, h.renew/4), time.Millisecond)
-			k.dues.set(h)
+			k.joinLocked(h, retryAt, h.deadlineLocked())
 		}
 	}
 	if len(again) > 0 {

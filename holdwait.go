@@ -194,7 +194,7 @@ func (k *keeper) startLookLocked(now time.Time) {
 	if k.looking {
 		return
 	}
-	if h, ok := k.dues.first(); ok && !now.Before(h.due) {
+	if r, ok := k.dues.first(); ok && !now.Before(r.due) {
 		return // renewals first: every lane is busy and one is due
 	}
 	w, ok := k.looks.first()
@@ -226,11 +226,11 @@ func (k *keeper) lookLimitLocked() int {
 	if _, ok := k.s.(batchStore); !ok {
 		return unbatchedCalls
 	}
-	h, held := k.dues.first()
+	r, held := k.dues.first()
 	if !held || k.lookPerKey <= 0 {
 		return maxBatch
 	}
-	budget := min(time.Second, h.renew/4)
+	budget := min(time.Second, r.renew/4)
 	return max(unbatchedCalls, min(maxBatch, int(budget/k.lookPerKey)))
 }
 

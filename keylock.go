@@ -80,9 +80,49 @@ func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
 	return func() { <-l.sem; k.release(key, l) }, true
 }
 
+// tryLockEach takes, without waiting and under one lock, the lock of
+// each key of keys whose ok is true, if it is free; it clears ok for the
+// keys it did not take. A batch of thousands of keys thus costs one lock
+// and no allocation per key; unlockEach gives the locks back.
+func (k *keyLocks) tryLockEach(keys []string, ok []bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = make(map[string]*keyLock)
+	}
+	for i, key := range keys {
+		if !ok[i] {
+			continue
+		}
+		if _, busy := k.m[key]; busy {
+			ok[i] = false
+			continue
+		}
+		l := k.get()
+		l.refs = 1
+		l.sem <- struct{}{}
+		k.m[key] = l
+	}
+}
+
+// unlockEach gives back the locks of keys, which tryLockEach took.
+func (k *keyLocks) unlockEach(keys []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, key := range keys {
+		l := k.m[key]
+		<-l.sem // ours: a waiter's send may now take it
+		k.releaseLocked(key, l)
+	}
+}
+
 func (k *keyLocks) release(key string, l *keyLock) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.releaseLocked(key, l)
+}
+
+func (k *keyLocks) releaseLocked(key string, l *keyLock) {
 	if l.refs--; l.refs == 0 {
 		delete(k.m, key)
 		if len(k.free) < maxFreeKeyLocks {

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasekit/lease"
@@ -63,7 +65,120 @@ func indexByKey(ws []lease.Write) (at map[string]int, dup bool) {
 // once) to its index there. A write refused before the statement keeps its
 // own error; the others go on.
 func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results []lease.PutResult, at map[string]int, start int) error {
-	n := len(ws)
+	sent := make([]int, 0, len(ws)) // the indices in ws of the writes sent
+	joinable := true
+	for i, w := range ws {
+		if err := checkPostgresWrite(w.Rec, w.Pre); err != nil {
+			results[i].Err = d.fail("put", err)
+			continue
+		}
+		if !w.Pre.Absent && (w.Pre.Version == 0 || w.Pre.Version >= math.MaxInt64) {
+			results[i].Err = lease.ErrConflict
+			continue
+		}
+		sent = append(sent, i)
+		joinable = joinable && strings.IndexByte(w.Rec.Key, '\n') < 0 // owners never hold one
+	}
+	if len(sent) == 0 {
+		return nil
+	}
+	var landed func(yield func(key string) bool)
+	var err error
+	if joinable {
+		landed, err = d.putJoinedChunk(ctx, ws, sent)
+	} else {
+		landed, err = d.putArrayChunk(ctx, ws, sent)
+	}
+	if err != nil {
+		return d.fail(fmt.Sprintf("put of %d writes", len(sent)), err)
+	}
+	for _, i := range sent {
+		results[i].Err = lease.ErrConflict // until the statement says it landed
+	}
+	if landed == nil {
+		for _, i := range sent {
+			results[i] = lease.PutResult{Version: nextVersion(ws[i].Pre)}
+		}
+		return nil
+	}
+	for key := range landed {
+		if i, ok := at[key]; ok && i >= start && i < start+len(ws) {
+			results[i-start] = lease.PutResult{Version: nextVersion(ws[i-start].Pre)}
+		}
+	}
+	return nil
+}
+
+// nextVersion is the version a write against pre stores when it lands.
+func nextVersion(pre lease.Precondition) uint64 {
+	if pre.Absent {
+		return 1
+	}
+	return pre.Version + 1
+}
+
+// putJoinedChunk writes ws[sent] with putJoined. It returns nil when
+// every write landed, else the keys of those that did.
+func (d *postgresDriver) putJoinedChunk(ctx context.Context, ws []lease.Write, sent []int) (func(func(string) bool), error) {
+	var (
+		keys, versions, owners, epochs, expiryAt, released strings.Builder
+		expiries                                           []time.Time // distinct, in order of first use
+	)
+	for n, i := range sent {
+		w := ws[i]
+		if n > 0 {
+			keys.WriteByte('\n')
+			owners.WriteByte('\n')
+			for _, b := range []*strings.Builder{&versions, &epochs, &expiryAt, &released} {
+				b.WriteByte(',')
+			}
+		}
+		keys.WriteString(w.Rec.Key)
+		owners.WriteString(w.Rec.Owner)
+		v := uint64(0) // 0: insert
+		if !w.Pre.Absent {
+			v = w.Pre.Version
+		}
+		writeUint(&versions, v)
+		writeUint(&epochs, w.Rec.Epoch)
+		if len(expiries) == 0 || !expiries[len(expiries)-1].Equal(w.Rec.ExpiresAt) {
+			expiries = append(expiries, w.Rec.ExpiresAt)
+		}
+		writeUint(&expiryAt, uint64(len(expiries))) // PostgreSQL arrays count from 1
+		if w.Rec.Released {
+			released.WriteByte('t')
+		} else {
+			released.WriteByte('f')
+		}
+	}
+	var count int
+	var list sql.NullString
+	err := d.db.QueryRowContext(ctx, d.putJoined, keys.String(), versions.String(), owners.String(),
+		epochs.String(), expiryAt.String(), released.String(), expiries, len(sent)).Scan(&count, &list)
+	if err != nil || count == len(sent) {
+		return nil, err
+	}
+	return func(yield func(string) bool) {
+		if !list.Valid {
+			return // none landed
+		}
+		for key := range strings.SplitSeq(list.String, "\n") {
+			if !yield(key) {
+				return
+			}
+		}
+	}, nil
+}
+
+func writeUint(b *strings.Builder, v uint64) {
+	var buf [20]byte
+	b.Write(strconv.AppendUint(buf[:0], v, 10))
+}
+
+// putArrayChunk writes ws[sent] with putMany, whose arrays carry any key,
+// and returns the keys of the writes that landed.
+func (d *postgresDriver) putArrayChunk(ctx context.Context, ws []lease.Write, sent []int) (func(func(string) bool), error) {
+	n := len(sent)
 	var (
 		keys     = make([]string, 0, n)
 		versions = make([]int64, 0, n)
@@ -72,17 +187,10 @@ func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results
 		expiries = make([]time.Time, 0, n)
 		released = make([]bool, 0, n)
 	)
-	for i, w := range ws {
-		if err := checkPostgresWrite(w.Rec, w.Pre); err != nil {
-			results[i].Err = d.fail("put", err)
-			continue
-		}
+	for _, i := range sent {
+		w := ws[i]
 		v := int64(0) // 0: insert
 		if !w.Pre.Absent {
-			if w.Pre.Version == 0 || w.Pre.Version >= math.MaxInt64 {
-				results[i].Err = lease.ErrConflict
-				continue
-			}
 			v = int64(w.Pre.Version)
 		}
 		keys = append(keys, w.Rec.Key)
@@ -92,40 +200,23 @@ func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results
 		expiries = append(expiries, w.Rec.ExpiresAt)
 		released = append(released, w.Rec.Released)
 	}
-	if len(keys) == 0 {
-		return nil
-	}
-	batchOp := fmt.Sprintf("put of %d writes", len(keys))
 	rows, err := d.db.QueryContext(ctx, d.putMany, keys, versions, owners, epochs, expiries, released)
 	if err != nil {
-		return d.fail(batchOp, err)
+		return nil, err
 	}
 	defer rows.Close()
-	landed := make([]bool, n)
+	var landed []string
 	for rows.Next() {
 		var key string
 		if err := rows.Scan(&key); err != nil {
-			return d.fail(batchOp, err)
+			return nil, err
 		}
-		if i, ok := at[key]; ok && i >= start && i < start+n {
-			landed[i-start] = true
-		}
+		landed = append(landed, key)
 	}
 	if err := rows.Err(); err != nil {
-		return d.fail(batchOp, err)
+		return nil, err
 	}
-	for j, key := range keys {
-		i := at[key] - start
-		switch {
-		case !landed[i]:
-			results[i].Err = lease.ErrConflict
-		case versions[j] == 0:
-			results[i].Version = 1
-		default:
-			results[i].Version = uint64(versions[j]) + 1
-		}
-	}
-	return nil
+	return slices.Values(landed), nil
 }
 
 // GetMany reads every key in one query (key = ANY($1)). A key without a

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/internal/pgserver"
@@ -26,11 +27,20 @@ import (
 // TestPostgresBatch_R12: one PutMany statement applies each write as Put
 // would, alone: fresh inserts and current versions land, an existing key
 // and a stale version conflict, a corrupt row is not overwritten, a
-// record the table cannot hold fails alone; GetMany answers per key.
+// record the table cannot hold fails alone; GetMany answers per key. It
+// runs on keys the joined statement carries and on keys with a newline,
+// which go in arrays.
 func TestPostgresBatch_R12(t *testing.T) {
-	d := newTestPostgresDriver(t)
+	for _, prefix := range []string{"", "two\nlines/"} {
+		t.Run(fmt.Sprintf("prefix=%q", prefix), func(t *testing.T) {
+			testPostgresBatch(t, newTestPostgresDriver(t), prefix)
+		})
+	}
+}
+
+func testPostgresBatch(t *testing.T, d *postgresDriver, prefix string) {
 	rec := func(key string, epoch uint64) lease.Record {
-		return lease.Record{Key: key, Owner: "o", Epoch: epoch, ExpiresAt: t0}
+		return lease.Record{Key: prefix + key, Owner: "o", Epoch: epoch, ExpiresAt: t0}
 	}
 	for _, k := range []string{"held", "stale", "corrupt"} {
 		if _, err := d.Put(ctxBG, rec(k, 1), lease.Precondition{Absent: true}); err != nil {
@@ -38,18 +48,18 @@ func TestPostgresBatch_R12(t *testing.T) {
 		}
 	}
 	pgExec(t, `ALTER TABLE `+d.table+` DROP CONSTRAINT `+d.table+`_owner_check`,
-		`UPDATE `+d.table+` SET owner = 'has space' WHERE key = 'corrupt'`)
-	corruptBefore := pgRow(t, d.table, "corrupt")
+		`UPDATE `+d.table+` SET owner = 'has space' WHERE key = `+pgQuote(prefix+"corrupt"))
+	corruptBefore := pgRow(t, d.table, prefix+"corrupt")
 	ws := []lease.Write{
 		{Rec: rec("new", 1), Pre: lease.Precondition{Absent: true}},
 		{Rec: rec("held", 2), Pre: lease.Precondition{Absent: true}},
 		{Rec: rec("held", 2), Pre: lease.Precondition{Version: 1}},
 		{Rec: rec("stale", 2), Pre: lease.Precondition{Version: 7}},
 		{Rec: rec("corrupt", 2), Pre: lease.Precondition{Version: 1}},
-		{Rec: lease.Record{Key: "bad", Owner: "o", Epoch: 0, ExpiresAt: t0}, Pre: lease.Precondition{Absent: true}},
+		{Rec: lease.Record{Key: prefix + "bad", Owner: "o", Epoch: 0, ExpiresAt: t0}, Pre: lease.Precondition{Absent: true}},
 		{Rec: rec("new2", 1), Pre: lease.Precondition{Absent: true}},
 	}
-	ws[2].Rec.Key = "held2" // one key per batch; "held2" does not exist: conflict
+	ws[2].Rec.Key = prefix + "held2" // one key per batch; "held2" does not exist: conflict
 	results, err := d.PutMany(ctxBG, ws)
 	if err != nil {
 		t.Fatalf("PutMany: %v", err)
@@ -64,23 +74,30 @@ func TestPostgresBatch_R12(t *testing.T) {
 			t.Errorf("write %d (%s): %+v; want version %d, conflict %v", i, ws[i].Rec.Key, r, w.version, w.conflict)
 		}
 	}
-	if after := pgRow(t, d.table, "corrupt"); after != corruptBefore {
+	if after := pgRow(t, d.table, prefix+"corrupt"); after != corruptBefore {
 		t.Errorf("corrupt row changed: %s -> %s", corruptBefore, after)
 	}
-	got, err := d.GetMany(ctxBG, []string{"new", "missing", "corrupt", "held", "new"})
+	var keys []string
+	for _, k := range []string{"new", "missing", "corrupt", "held", "new"} {
+		keys = append(keys, prefix+k)
+	}
+	got, err := d.GetMany(ctxBG, keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[0].Err != nil || got[0].Rec.Key != "new" || got[0].Version != 1 || got[4] != got[0] ||
+	if got[0].Err != nil || got[0].Rec.Key != prefix+"new" || got[0].Version != 1 || got[4] != got[0] ||
 		!errors.Is(got[1].Err, lease.ErrNotFound) || !errors.Is(got[2].Err, lease.ErrCorrupt) || got[3].Err != nil || got[3].Rec.Epoch != 1 {
 		t.Fatalf("GetMany: %+v", got)
 	}
 
-	// Updates at the right versions, across chunks of postgresMaxBatch.
+	// Updates at the right versions, across chunks of postgresMaxBatch,
+	// with expiries that repeat out of order.
 	n := postgresMaxBatch*2 + 17
 	ws = ws[:0]
 	for i := range n {
-		ws = append(ws, lease.Write{Rec: rec(fmt.Sprintf("bulk/%05d", i), 1), Pre: lease.Precondition{Absent: true}})
+		w := lease.Write{Rec: rec(fmt.Sprintf("bulk/%05d", i), 1), Pre: lease.Precondition{Absent: true}}
+		w.Rec.ExpiresAt = t0.Add(time.Duration(i%3) * time.Microsecond)
+		ws = append(ws, w)
 	}
 	if results, err = d.PutMany(ctxBG, ws); err != nil {
 		t.Fatal(err)
@@ -101,6 +118,23 @@ func TestPostgresBatch_R12(t *testing.T) {
 		}
 		if r.Err != nil || r.Version != 2 {
 			t.Fatalf("bulk write %d: %+v; want version 2", i, r)
+		}
+	}
+	keys = keys[:0]
+	for _, w := range ws {
+		keys = append(keys, w.Rec.Key)
+	}
+	if got, err = d.GetMany(ctxBG, keys); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		want := ws[i].Rec
+		if i == 5 {
+			want = ws[4].Rec // its write conflicted
+		}
+		if r.Err != nil || r.Rec.Key != want.Key || r.Rec.Owner != want.Owner || r.Rec.Epoch != want.Epoch ||
+			r.Rec.Released != want.Released || !r.Rec.ExpiresAt.Equal(want.ExpiresAt) {
+			t.Fatalf("bulk record %d: %+v, %v; want %+v", i, r.Rec, r.Err, want)
 		}
 	}
 }

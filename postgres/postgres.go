@@ -96,18 +96,19 @@ func checkPostgresTable(name string) error {
 // is one statement in its own transaction at the server's default
 // isolation: no advisory locks, no retries.
 type postgresDriver struct {
-	db      *sql.DB
-	table   string // as given; quoted in the statements
-	commit  string // the synchronous_commit every write sets for its transaction
-	ownsDB  bool   // made by Open: Close closes db
-	closed  atomic.Bool
-	get     string
-	getMany string
-	insert  string
-	update  string
-	putMany string
-	list    string // keys after $1, from prefix $2 on, at most $3
-	listTo  string // the same, before $4 (the end of the prefix range)
+	db        *sql.DB
+	table     string // as given; quoted in the statements
+	commit    string // the synchronous_commit every write sets for its transaction
+	ownsDB    bool   // made by Open: Close closes db
+	closed    atomic.Bool
+	get       string
+	getMany   string
+	insert    string
+	update    string
+	putMany   string
+	putJoined string // putMany with its columns joined into text
+	list      string // keys after $1, from prefix $2 on, at most $3
+	listTo    string // the same, before $4 (the end of the prefix range)
 }
 
 var (
@@ -262,6 +263,17 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 	const parsable = `CASE WHEN octet_length(l.owner) BETWEEN 1 AND 256 AND l.owner !~ '[^!-~]'
 		AND l.epoch BETWEEN 1 AND 18446744073709551615
 		AND isfinite(l.expires) AND l.released IS NOT NULL THEN true ELSE false END`
+	// putWrites writes a batch w: the inserts and the guarded updates.
+	putWrites := setCommit + `,
+		ins AS (
+			INSERT INTO ` + t + ` (key, ` + cols + `)
+			SELECT w.key, w.owner, w.epoch, w.expires, w.released, 1 FROM w, s WHERE w.version = 0
+			ON CONFLICT (key) DO NOTHING RETURNING key),
+		upd AS (
+			UPDATE ` + t + ` AS l SET owner = w.owner, epoch = w.epoch, expires = w.expires, released = w.released,
+				version = w.version + 1
+			FROM w, s WHERE w.version > 0 AND l.key = w.key AND l.version = w.version AND ` + parsable + `
+			RETURNING l.key)`
 	return &postgresDriver{
 		db:      db,
 		table:   table,
@@ -281,17 +293,24 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 		putMany: `WITH w AS (
 			SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::numeric[], $5::timestamptz[], $6::bool[])
 				AS w(key, version, owner, epoch, expires, released)),
-		` + setCommit + `,
-		ins AS (
-			INSERT INTO ` + t + ` (key, ` + cols + `)
-			SELECT w.key, w.owner, w.epoch, w.expires, w.released, 1 FROM w, s WHERE w.version = 0
-			ON CONFLICT (key) DO NOTHING RETURNING key),
-		upd AS (
-			UPDATE ` + t + ` AS l SET owner = w.owner, epoch = w.epoch, expires = w.expires, released = w.released,
-				version = w.version + 1
-			FROM w, s WHERE w.version > 0 AND l.key = w.key AND l.version = w.version AND ` + parsable + `
-			RETURNING l.key)
+		` + putWrites + `
 		SELECT key FROM ins UNION ALL SELECT key FROM upd`,
+		// The same batch with its columns joined into text, which the
+		// server splits: keys and owners by newlines, numbers and flags by
+		// commas, and each expiry an index into the batch's distinct
+		// expiries (a renewal's are all one). Encoding it costs the
+		// client a few appends per write instead of a binary array
+		// element per column. It answers how many writes landed and,
+		// only when not all did, their keys.
+		putJoined: `WITH w AS (
+			SELECT key, version, owner, epoch, ($7::timestamptz[])[e] AS expires, released
+			FROM unnest(string_to_array($1, E'\n'), string_to_array($2, ',')::bigint[],
+				string_to_array($3, E'\n'), string_to_array($4, ',')::numeric[],
+				string_to_array($5, ',')::int[], string_to_array($6, ',')::bool[])
+				AS r(key, version, owner, epoch, e, released)),
+		` + putWrites + `
+		SELECT count(*), CASE WHEN count(*) < $8 THEN string_agg(key, E'\n') END
+		FROM (SELECT key FROM ins UNION ALL SELECT key FROM upd) AS landed`,
 		list: `SELECT key, ` + cols + ` FROM ` + t + ` WHERE key > $1 AND key >= $2
 			ORDER BY key LIMIT $3`,
 		listTo: `SELECT key, ` + cols + ` FROM ` + t + ` WHERE key > $1 AND key >= $2 AND key < $4

@@ -1,0 +1,88 @@
+package lease
+
+import "time"
+
+// round is a set of Helds of one store that share their next renewal and
+// their deadline: the Helds that one call renewed or acquired together,
+// whose grants expire at one time. The keeper schedules rounds rather
+// than Helds, so that keeping N keys costs a schedule entry per call, not
+// per key, and moving a Held to its next round is an append.
+//
+// A round is in the keeper's dues while it has members not yet taken for
+// renewal, and in its deadlines while it has members at all. A member
+// taken for renewal stays in its round, bound by its deadline, until its
+// renewal's answer moves it to a round of its own or ends it.
+type round struct {
+	due      time.Time     // its members' next renewal, on the monotonic clock
+	deadline time.Time     // when its members must stop working, monotonic
+	renew    time.Duration // its members' renewal interval
+	members  []*Held       // nil where a Held left
+	live     int           // members that are not nil
+	taken    int           // members[:taken] have been taken for renewal
+
+	dueMark, expiryMark uint64 // marks of k.dues and k.deadlines (schedule)
+}
+
+// joinLocked moves h to the round of due and deadline: the round the
+// keeper made last when it matches and none of it was taken yet, else a
+// new one. Helds answered by one call are scheduled one after the other
+// with equal times, so they make one round.
+func (k *keeper) joinLocked(h *Held, due, deadline time.Time) {
+	k.leaveLocked(h)
+	r := k.lastRound
+	if r == nil || r.live == 0 || r.taken > 0 || r.renew != h.renew || !r.due.Equal(due) || !r.deadline.Equal(deadline) {
+		r = &round{due: due, deadline: deadline, renew: h.renew}
+		k.lastRound = r
+		k.dues.set(r)
+		k.deadlines.set(r)
+	}
+	h.round, h.slot = r, len(r.members)
+	r.members = append(r.members, h)
+	r.live++
+}
+
+// leaveLocked takes h out of its round; a round left empty leaves the
+// schedules.
+func (k *keeper) leaveLocked(h *Held) {
+	r := h.round
+	if r == nil {
+		return
+	}
+	r.members[h.slot], h.round = nil, nil
+	if r.live--; r.live == 0 {
+		k.dues.remove(r)
+		k.deadlines.remove(r)
+		r.members = nil
+		if k.lastRound == r {
+			k.lastRound = nil
+		}
+	}
+}
+
+// takeLocked appends to batch, up to maxBatch, the members of r not yet
+// taken and not already being renewed (a Confirm moved them here while a
+// renewal was in flight), and marks them renewing. Once every member is
+// taken, r leaves the dues.
+func (k *keeper) takeLocked(r *round, batch []*Held) []*Held {
+	for r.taken < len(r.members) && len(batch) < maxBatch {
+		h := r.members[r.taken]
+		r.taken++
+		if h != nil && !h.renewing {
+			h.renewing = true
+			batch = append(batch, h)
+		}
+	}
+	if r.taken == len(r.members) {
+		k.dues.remove(r)
+	}
+	return batch
+}
+
+// deadlineLocked is when h must stop working; zero when it is in no round
+// (its grant never expires, or it ended).
+func (h *Held) deadlineLocked() time.Time {
+	if h.round == nil {
+		return time.Time{}
+	}
+	return h.round.deadline
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -157,15 +158,15 @@ func holdMany(b *testing.B, s *DocumentStore, n int) (hs []*Held, bytesPerKey fl
 // rounds would, and returns when the round is done.
 func renewRound(k *keeper, hs []*Held) {
 	k.mu.Lock()
-	grants := make([]Grant, len(hs))
+	sc := &renewScratch{helds: slices.Clone(hs), grants: make([]Grant, len(hs))} // the keeper reuses sc
 	for i, h := range hs {
 		h.renewing = true // its round's renewal skips it
-		grants[i] = h.Grant()
+		sc.grants[i] = h.Grant()
 	}
 	k.renewing++
 	k.calls.Add(1)
 	k.mu.Unlock()
-	k.renew(hs, grants, time.Now().Add(time.Minute))
+	k.renew(sc, time.Now().Add(time.Minute))
 }
 
 // BenchmarkManyRenewal measures one renewal period of N keys held through

@@ -26,7 +26,7 @@ type DocumentStore struct {
 	done  chan struct{} // closed by Close (R15)
 
 	mu      sync.Mutex                // guards the four fields below
-	held    map[string]heldGrant      // grants this instance holds, by key
+	held    map[string]*heldGrant     // grants this instance holds, by key; an entry changes in place, under its key's lock
 	pending map[string][]pendingWrite // writes whose outcome is still unknown (R9), by key, oldest first
 	// unseen: releases whose Release returned an error but which a later
 	// read showed landed, by key; a retried Release of that grant succeeds.
@@ -38,9 +38,21 @@ type DocumentStore struct {
 var _ Store = (*DocumentStore)(nil)
 
 // heldGrant is a grant this instance holds and the record version it wrote.
+// Hold's keeper keeps a pointer to it for the next renewal (a ticket), so
+// that renewing N keys does not look each up: gone says the table has
+// dropped it.
 type heldGrant struct {
 	grant   Grant
 	version uint64
+	gone    bool
+}
+
+// forgetLocked drops key's entry from the table. s.mu must be held.
+func (s *DocumentStore) forgetLocked(key string) {
+	if h, ok := s.held[key]; ok {
+		h.gone = true
+		delete(s.held, key)
+	}
 }
 
 // pendingWrite is a write whose outcome neither Put nor a re-read settled.
@@ -76,7 +88,7 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 		cfg:     cfg,
 		obs:     newObserver(cfg.observer, d.Name(), cfg.owner),
 		done:    make(chan struct{}),
-		held:    make(map[string]heldGrant),
+		held:    make(map[string]*heldGrant),
 		pending: make(map[string][]pendingWrite),
 		unseen:  make(map[string]Grant),
 	}, nil
@@ -401,11 +413,10 @@ func (s *DocumentStore) settle(key string, rec *Record, version uint64) {
 		return
 	}
 	if rec == nil || rec.Released || rec.Owner != h.grant.Owner || rec.Epoch != h.grant.Epoch {
-		delete(s.held, key) // lost, or released through a copy of the grant
+		s.forgetLocked(key) // lost, or released through a copy of the grant
 		return
 	}
 	h.version, h.grant.ExpiresAt = version, rec.ExpiresAt
-	s.held[key] = h
 }
 
 // settlePendingLocked settles the unknown writes of key against a record
@@ -446,13 +457,18 @@ func sameState(a, b Record) bool {
 // commitLocked records a write that landed. s.mu must be held.
 func (s *DocumentStore) commitLocked(g Grant, released bool, version uint64) {
 	if !released {
-		if g.Owner == s.cfg.owner { // another owner's grant, renewed here, is not ours (R4c)
-			s.held[g.Key] = heldGrant{grant: g, version: version}
+		if g.Owner != s.cfg.owner {
+			return // another owner's grant, renewed here, is not ours (R4c)
+		}
+		if h, ok := s.held[g.Key]; ok {
+			*h = heldGrant{grant: g, version: version}
+		} else {
+			s.held[g.Key] = &heldGrant{grant: g, version: version}
 		}
 		return
 	}
 	if h, ok := s.held[g.Key]; ok && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
-		delete(s.held, g.Key)
+		s.forgetLocked(g.Key)
 	}
 }
 
@@ -461,7 +477,10 @@ func (s *DocumentStore) heldAt(key string, rec *Record) (heldGrant, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.held[key]
-	return h, ok && rec != nil // settle dropped any entry rec does not name
+	if !ok || rec == nil {
+		return heldGrant{}, false // settle dropped any entry rec does not name
+	}
+	return *h, true
 }
 
 // holding finds the version to write g against: from the table when this
@@ -474,7 +493,7 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew, 
 	unsettled := len(s.pending[g.Key]) > 0
 	s.mu.Unlock()
 	if ok && !unsettled && !reread && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
-		return h, nil
+		return *h, nil
 	}
 	rec, version, err := s.read(ctx, op, g.Key)
 	if err != nil {
@@ -510,7 +529,7 @@ func (s *DocumentStore) lostOr(g Grant, err error) error {
 	if errors.Is(err, ErrConflict) || errors.Is(err, errSuperseded) {
 		s.mu.Lock()
 		if h, ok := s.held[g.Key]; ok && h.grant.Epoch == g.Epoch && h.grant.Owner == g.Owner {
-			delete(s.held, g.Key)
+			s.forgetLocked(g.Key)
 		}
 		s.mu.Unlock()
 		return lost(g.Key, g.Epoch)

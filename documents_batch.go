@@ -22,7 +22,8 @@ type batchWrite struct {
 	grant    Grant
 	pre      Precondition
 	released bool
-	idx      int // the caller's index for this key
+	idx      int        // the caller's index for this key
+	entry    *heldGrant // a renewal's table entry, which it updates in place
 }
 
 // pending is w as a write whose outcome is unknown.
@@ -44,9 +45,17 @@ func (l lockedKeys) unlock() {
 // renewMany renews gs, each as Renew would (R6, R12). The keys it finds
 // in the table, unexpired and with no write of unknown outcome, are
 // locked, checked and written together; Renew takes the rest, one at a
-// time, and knows every case.
-func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult {
-	out := make([]grantResult, len(gs))
+// time, and knows every case. tickets, if not nil, holds the table entry
+// an earlier renewMany answered for each grant (nil where none), which
+// saves looking the key up; each result carries its next. sc, if not nil,
+// is the memory to work in; the results are in it.
+func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant, tickets []*heldGrant, sc *renewScratch) []grantResult {
+	if sc == nil {
+		sc = &renewScratch{}
+	}
+	n := len(gs)
+	out := sized(sc.out, n)
+	sc.out = out
 	if err := s.usable(ctx); err != nil {
 		for i := range out {
 			out[i].err = err
@@ -54,32 +63,36 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 		return out
 	}
 	s.settleUnknown(ctx, gs)
-	keys, ok := make([]string, len(gs)), make([]bool, len(gs))
+	keys, ok := sized(sc.keys, n), sized(sc.ok, n)
+	sc.keys, sc.ok = keys, ok
 	for i, g := range gs {
 		keys[i], ok[i] = g.Key, ValidateKey(g.Key) == nil
 	}
-	s.locks.tryLockEach(keys, ok)
-	batch, single, drop := s.renewals(gs, ok)
-	s.locks.unlockEach(drop)
-	locked := keys[:0] // the batch's keys, in the order of batch
-	for _, w := range batch {
-		locked = append(locked, w.grant.Key)
+	taken := s.locks.tryLockEach(keys, ok, sized(sc.taken, n))
+	sc.taken = taken
+	batch, single, drop := s.renewals(gs, tickets, ok, sc.batch[:0])
+	sc.batch = batch
+	s.locks.unlockEach(keys, taken, drop)
+	locked := sized(sc.idx, len(batch)) // the indices of the batch's keys
+	sc.idx = locked
+	for j, w := range batch {
+		locked[j] = w.idx
 	}
-	for j, err := range s.putBatch(ctx, "renew", batch) {
+	for j, err := range s.putBatchIn(ctx, "renew", batch, sc) {
 		i := batch[j].idx
 		if err == nil || !(errors.Is(err, ErrConflict) || errors.Is(err, errSuperseded)) {
 			s.obs.renewed(gs[i], err, len(batch)) // the rest go to Renew, which reports them
 		}
 		switch {
 		case err == nil:
-			out[i].g = batch[j].grant
+			out[i].g, out[i].ticket = batch[j].grant, batch[j].entry
 		case errors.Is(err, ErrConflict), errors.Is(err, errSuperseded):
 			single = append(single, i) // the version moved: Renew re-reads (R6)
 		default:
 			out[i].err = err
 		}
 	}
-	s.locks.unlockEach(locked)
+	s.locks.unlockEach(keys, taken, locked)
 	for _, i := range single {
 		out[i].g, out[i].err = s.Renew(ctx, gs[i])
 	}
@@ -89,9 +102,9 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 // renewals returns, under one lock of the table, the writes that renew
 // the grants of gs whose keys are locked (ok) and which the table holds
 // unexpired with no write of unknown outcome; the indices of the others,
-// for Renew; and the locked keys that are not in the batch, to unlock.
-func (s *DocumentStore) renewals(gs []Grant, ok []bool) (batch []batchWrite, single []int, drop []string) {
-	batch = make([]batchWrite, 0, len(gs))
+// for Renew; and the indices of the locked keys that are not in the batch,
+// to unlock.
+func (s *DocumentStore) renewals(gs []Grant, tickets []*heldGrant, ok []bool, batch []batchWrite) (_ []batchWrite, single, drop []int) {
 	now := s.cfg.now()
 	expiry := s.expiry(now)
 	s.mu.Lock()
@@ -102,15 +115,20 @@ func (s *DocumentStore) renewals(gs []Grant, ok []bool) (batch []batchWrite, sin
 			single = append(single, i)
 			continue
 		}
-		h, held := s.held[g.Key]
-		if !held || (unsettled && len(s.pending[g.Key]) > 0) || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch ||
+		var h *heldGrant
+		if tickets != nil && tickets[i] != nil && !tickets[i].gone {
+			h = tickets[i] // still the key's entry
+		} else {
+			h = s.held[g.Key]
+		}
+		if h == nil || (unsettled && len(s.pending[g.Key]) > 0) || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch ||
 			(expired(h.grant.ExpiresAt, now) && mutant != mutantBatchRenewExpired) {
-			single, drop = append(single, i), append(drop, g.Key) // Renew reads the record and decides
+			single, drop = append(single, i), append(drop, i) // Renew reads the record and decides
 			continue
 		}
 		next := h.grant
 		next.ExpiresAt = expiry
-		batch = append(batch, batchWrite{idx: i, grant: next, pre: Precondition{Version: h.version}})
+		batch = append(batch, batchWrite{idx: i, grant: next, pre: Precondition{Version: h.version}, entry: h})
 	}
 	return batch, single, drop
 }
@@ -266,7 +284,13 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 // when its outcome stays unknown (R9, settled per key by one batched
 // re-read). A driver that cannot batch gets one Put per write.
 func (s *DocumentStore) putBatch(ctx context.Context, op string, batch []batchWrite) []error {
-	errs := make([]error, len(batch))
+	return s.putBatchIn(ctx, op, batch, &renewScratch{})
+}
+
+// putBatchIn is putBatch working in sc's memory; the answers are in it.
+func (s *DocumentStore) putBatchIn(ctx context.Context, op string, batch []batchWrite, sc *renewScratch) []error {
+	errs := sized(sc.errs, len(batch))
+	sc.errs = errs
 	bd, ok := s.d.(BatchDriver)
 	if !ok || len(batch) == 1 {
 		for j, w := range batch {
@@ -277,7 +301,8 @@ func (s *DocumentStore) putBatch(ctx context.Context, op string, batch []batchWr
 	if len(batch) == 0 {
 		return errs
 	}
-	ws := make([]Write, len(batch))
+	ws := sized(sc.ws, len(batch))
+	sc.ws = ws
 	for j, w := range batch {
 		ws[j] = Write{Rec: recordOf(w.grant, w.released), Pre: w.pre}
 	}
@@ -323,6 +348,10 @@ func (s *DocumentStore) commitLanded(batch []batchWrite, results []PutResult) {
 		if tidy {
 			delete(s.pending, w.grant.Key)
 			delete(s.unseen, w.grant.Key)
+		}
+		if w.entry != nil { // still the key's entry: the batch holds the key's lock
+			*w.entry = heldGrant{grant: w.grant, version: results[j].Version}
+			continue
 		}
 		s.commitLocked(w.grant, w.released, results[j].Version)
 	}

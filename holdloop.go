@@ -40,6 +40,7 @@ type keeper struct {
 	dues       *schedule[*round]    // rounds by next renewal
 	deadlines  *schedule[*round]    // rounds by deadline
 	lastRound  *round               // the round made last, which Helds scheduled alike join
+	scratch    []*renewScratch      // kept for the next renewal calls
 	looks      *schedule[*waiter]   // the first waiter of each free key, by next look
 	renewing   int                  // renewal calls in flight
 	lookPerKey time.Duration        // time per key of recent looks (sizes the next)
@@ -480,15 +481,16 @@ func (q quoted) Unwrap() error { return q.err }
 
 // grantResult answers one key of a batched renew or acquire.
 type grantResult struct {
-	g   Grant
-	err error
+	g      Grant
+	err    error
+	ticket *heldGrant // the store's table entry of a renewed grant, if it has one
 }
 
 // batchStore is a Store that can renew and acquire many keys in few
 // storage round trips (R12); the keeper uses it when the store has it.
 // Each result answers the grant or key at the same index.
 type batchStore interface {
-	renewMany(ctx context.Context, gs []Grant) []grantResult
+	renewMany(ctx context.Context, gs []Grant, tickets []*heldGrant, sc *renewScratch) []grantResult
 	acquireMany(ctx context.Context, keys []string) []grantResult
 }
 
@@ -514,10 +516,12 @@ func eachAtOnce(n int, call func(i int)) {
 	wg.Wait()
 }
 
-// renewAll renews gs through s: in batches when s can, else a few at once.
-func renewAll(ctx context.Context, s Store, gs []Grant) []grantResult {
+// renewAll renews sc.grants through s: in batches when s can (with the
+// tickets its last renewals answered, in sc's memory), else a few at once.
+func renewAll(ctx context.Context, s Store, sc *renewScratch) []grantResult {
+	gs := sc.grants
 	if b, ok := s.(batchStore); ok {
-		return b.renewMany(ctx, gs)
+		return b.renewMany(ctx, gs, sc.tickets, sc)
 	}
 	out := make([]grantResult, len(gs))
 	eachAtOnce(len(gs), func(i int) { out[i].g, out[i].err = s.Renew(ctx, gs[i]) })
@@ -534,7 +538,8 @@ func (k *keeper) startRenewalsLocked(now time.Time) {
 		if !ok || now.Before(r.due) {
 			return
 		}
-		var batch []*Held
+		sc := k.scratchLocked()
+		batch := sc.helds[:0]
 		for len(batch) < maxBatch {
 			r, ok := k.dues.first()
 			if !ok || r.due.Sub(now) > r.renew/2 {
@@ -542,23 +547,35 @@ func (k *keeper) startRenewalsLocked(now time.Time) {
 			}
 			batch = k.takeLocked(r, batch)
 		}
-		if len(batch) > 0 {
-			k.startRenewLocked(batch)
+		if len(batch) == 0 {
+			k.keepScratchLocked(sc)
+			continue
 		}
+		sc.helds = batch
+		k.startRenewLocked(sc)
 	}
 }
 
-// startRenewLocked starts one renewal call of batch.
-func (k *keeper) startRenewLocked(batch []*Held) {
-	grants := make([]Grant, len(batch))
-	deadline := batch[0].deadlineLocked()
-	for i, h := range batch {
-		grants[i] = h.Grant()
+// startRenewLocked starts one renewal call of sc.helds.
+func (k *keeper) startRenewLocked(sc *renewScratch) {
+	n := len(sc.helds)
+	sc.grants, sc.tickets = sized(sc.grants, n), sized(sc.tickets, n)
+	deadline := sc.helds[0].deadlineLocked()
+	for i, h := range sc.helds {
+		sc.grants[i], sc.tickets[i] = h.Grant(), h.ticket
 		deadline = earliest(deadline, h.deadlineLocked())
 	}
 	k.renewing++
 	k.calls.Add(1)
-	go k.renew(batch, grants, deadline)
+	go k.renew(sc, deadline)
+}
+
+// startRenewOfLocked starts one renewal call of batch, in a scratch of its
+// own.
+func (k *keeper) startRenewOfLocked(batch []*Held) {
+	sc := k.scratchLocked()
+	sc.helds = append(sc.helds[:0], batch...)
+	k.startRenewLocked(sc)
 }
 
 // renew renews batch in one call, bounded by half the time to the
@@ -567,9 +584,10 @@ func (k *keeper) startRenewLocked(batch []*Held) {
 // split in halves, each tried at once with its own bound: a key whose
 // writes hang costs the other keys of its batch one bounded wait, never
 // their leases (R12, R17).
-// grants are the batch's grants and deadline the earliest of their
-// deadlines, taken under k.mu when the call was started.
-func (k *keeper) renew(batch []*Held, grants []Grant, deadline time.Time) {
+// sc holds the batch's Helds, their grants and their tickets, and deadline
+// is the earliest of their deadlines, taken under k.mu when the call was
+// started; sc is kept for a later call once the answers are in.
+func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
 	defer k.calls.Done()
 	start := time.Now()
 	bound := max(deadline.Sub(start)/2, time.Millisecond)
@@ -577,14 +595,16 @@ func (k *keeper) renew(batch []*Held, grants []Grant, deadline time.Time) {
 		bound = max(deadline.Sub(start), time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(k.ctx, bound)
-	results := renewAll(ctx, k.s, grants)
+	results := renewAll(ctx, k.s, sc)
 	timedOut := ctx.Err() != nil && k.ctx.Err() == nil
 	cancel()
 
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	defer k.keepScratchLocked(sc)
 	k.renewing--
 	k.poke()
+	batch := sc.helds
 	var (
 		again            []*Held
 		now              = time.Now()
@@ -599,6 +619,7 @@ func (k *keeper) renew(batch []*Held, grants []Grant, deadline time.Time) {
 		switch cause := lossCause(r.err); {
 		case r.err == nil:
 			if h.install(r.g) {
+				h.ticket = r.ticket
 				k.scheduleLocked(h, r.g, start)
 			}
 		case cause != nil:
@@ -621,9 +642,9 @@ func (k *keeper) renew(batch []*Held, grants []Grant, deadline time.Time) {
 		if half == 0 {
 			half = 1
 		}
-		k.startRenewLocked(again[:half])
+		k.startRenewOfLocked(again[:half])
 		if half < len(again) {
-			k.startRenewLocked(again[half:])
+			k.startRenewOfLocked(again[half:])
 		}
 	}
 }

@@ -82,9 +82,10 @@ func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
 
 // tryLockEach takes, without waiting and under one lock, the lock of
 // each key of keys whose ok is true, if it is free; it clears ok for the
-// keys it did not take. A batch of thousands of keys thus costs one lock
-// and no allocation per key; unlockEach gives the locks back.
-func (k *keyLocks) tryLockEach(keys []string, ok []bool) {
+// keys it did not take. It notes the locks it took in taken (as long as
+// keys, and cleared), for unlockEach, and returns it. A batch of thousands
+// of keys thus costs one lock and no allocation per key.
+func (k *keyLocks) tryLockEach(keys []string, ok []bool, taken []*keyLock) []*keyLock {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
@@ -102,17 +103,19 @@ func (k *keyLocks) tryLockEach(keys []string, ok []bool) {
 		l.refs = 1
 		l.sem <- struct{}{}
 		k.m[key] = l
+		taken[i] = l
 	}
+	return taken
 }
 
-// unlockEach gives back the locks of keys, which tryLockEach took.
-func (k *keyLocks) unlockEach(keys []string) {
+// unlockEach gives back the locks of keys[i] for each i of at, which
+// tryLockEach took (taken).
+func (k *keyLocks) unlockEach(keys []string, taken []*keyLock, at []int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, key := range keys {
-		l := k.m[key]
-		<-l.sem // ours: a waiter's send may now take it
-		k.releaseLocked(key, l)
+	for _, i := range at {
+		<-taken[i].sem // ours: a waiter's send may now take it
+		k.releaseLocked(keys[i], taken[i])
 	}
 }
 

@@ -123,7 +123,17 @@ func (d *postgresDriver) putJoinedChunk(ctx context.Context, ws []lease.Write, s
 	var (
 		keys, versions, owners, epochs, expiryAt, released strings.Builder
 		expiries                                           []time.Time // distinct, in order of first use
+		keyBytes, ownerBytes                               int
 	)
+	for _, i := range sent {
+		keyBytes, ownerBytes = keyBytes+len(ws[i].Rec.Key)+1, ownerBytes+len(ws[i].Rec.Owner)+1
+	}
+	keys.Grow(keyBytes)
+	owners.Grow(ownerBytes)
+	versions.Grow(8 * len(sent)) // most take fewer digits than that
+	epochs.Grow(4 * len(sent))
+	expiryAt.Grow(2 * len(sent))
+	released.Grow(2 * len(sent))
 	for n, i := range sent {
 		w := ws[i]
 		if n > 0 {

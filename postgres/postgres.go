@@ -45,8 +45,11 @@ import (
 const DefaultTable = "leases"
 
 // postgresMaxBatch bounds how many writes one PutMany statement carries,
-// so that one statement does not hold thousands of row locks for long.
-const postgresMaxBatch = 1000
+// so that one statement does not hold its rows locked for long: as many
+// as Hold's keeper renews in one call, so that a renewal call is one
+// statement (each statement costs the client a round trip and its
+// buffers, whatever its size).
+const postgresMaxBatch = 2500
 
 // DefaultMaxConns bounds the connections of the pool Open makes unless
 // MaxConns or the URL's "max_conns" says otherwise. The pool keeps as many

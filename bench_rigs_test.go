@@ -64,7 +64,7 @@ func postgresFloorUpdate(table string) string {
 
 // postgresFloorChunk is how many rows one floor UPDATE writes: as many
 // as package postgres writes with one statement.
-const postgresFloorChunk = 2500
+const postgresFloorChunk = 5000
 
 // The writes package mongodb sends in one bulkWrite: to MongoDB, and to
 // FerretDB (which deadlocks on an update command of about 100 updates).

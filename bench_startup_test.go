@@ -44,11 +44,10 @@ func forStartupBackends(b *testing.B, bench func(b *testing.B, rig manyRig, n in
 // ("hold"), beside the floor of the same run: the driver's own GetMany
 // and PutMany of N keys of their own, one call each. It reports the time
 // until every key is held; the driver calls (GetMany, PutMany, or one-key
-// Get and Put: "calls/op") of the store and of the floor, where each
-// driver splits a call into transactions (SQLite) or statements
-// (PostgreSQL) of at most 2,500 keys, as the keeper's looks are split, so
-// that a look is one transaction and the floor's calls are ceil(N/2500)
-// each; the goroutines the store keeps once every key is held; the heap
+// Get and Put: "calls/op") of the store and of the floor, where the
+// keeper's looks are split at maxBatch (5,000) keys, and each driver
+// splits a call into transactions (SQLite: 2,500 keys) or statements
+// (PostgreSQL: 5,000 keys); the goroutines the store keeps once every key is held; the heap
 // bytes per held key; the Helds lost during start-up (a Held whose Context
 // ended before all were held), which must be 0; and the calls the store
 // still makes after the ReleaseAll that ends each iteration, until its

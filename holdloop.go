@@ -40,6 +40,7 @@ type keeper struct {
 	dues       *schedule[*round]    // rounds by next renewal
 	deadlines  *schedule[*round]    // rounds by deadline
 	lastRound  *round               // the round made last, which Helds scheduled alike join
+	roundSize  int                  // how many Helds the caller of joinLocked may schedule alike
 	scratch    []*renewScratch      // kept for the next renewal calls
 	looks      *schedule[*waiter]   // the first waiter of each free key, by next look
 	renewing   int                  // renewal calls in flight
@@ -55,11 +56,13 @@ type keeper struct {
 }
 
 // Bounds on the keeper's calls. A renewal batch or a look is split above
-// maxBatch keys so that one call never holds the store for long; at most
+// maxBatch keys so that one call never holds the store for long (each
+// call has a cost of its own: a round trip, a statement, buffers, so
+// larger calls keep N keys for less); at most
 // maxRenewCalls renewal calls run at once (more only while a failed batch
 // is split); a look gets lookTimeout.
 const (
-	maxBatch      = 2500
+	maxBatch      = 5000
 	maxRenewCalls = 8
 	lookTimeout   = 30 * time.Second
 )
@@ -605,6 +608,8 @@ func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
 	k.renewing--
 	k.poke()
 	batch := sc.helds
+	k.roundSize = len(batch)
+	defer func() { k.roundSize = 0 }()
 	var (
 		again            []*Held
 		now              = time.Now()
@@ -613,15 +618,20 @@ func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
 	for i, h := range batch {
 		h.renewing = false
 		r := results[i]
-		if h.ended() != nil || k.stopped {
+		if k.stopped {
 			continue
 		}
-		switch cause := lossCause(r.err); {
-		case r.err == nil:
-			if h.install(r.g) {
+		if r.err == nil {
+			if h.install(r.g) { // else it ended meanwhile
 				h.ticket = r.ticket
 				k.scheduleLocked(h, r.g, start)
 			}
+			continue
+		}
+		if h.ended() != nil {
+			continue
+		}
+		switch cause := lossCause(r.err); {
 		case cause != nil:
 			k.endLocked(h, cause, true)
 		case timedOut && len(batch) > 1 && mutant != mutantWholeBatch:

@@ -130,7 +130,9 @@ func holdKeys(t *testing.T, s Store, n int) []*Held {
 
 // TestHoldRenewalsAreBatched: R12. A thousand Helds of one store are
 // renewed by one loop in a few batched writes per renewal period, with no
-// goroutine per Held, and never late: none is lost.
+// goroutine per Held, and never late: none is lost. Helds renewed by one
+// call share one entry of the loop's schedules (a round), so that the
+// Helds of a thousand Hold calls, once in step, cost it a few entries.
 func TestHoldRenewalsAreBatched(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newCountingDriver()
@@ -154,6 +156,14 @@ func TestHoldRenewalsAreBatched(t *testing.T) {
 		if perPeriod := (single + batched) / periods; perPeriod > 3 || single > 0 {
 			t.Errorf("%d one-key and %d batched round trips in %d renewal periods for %d Helds; want at most 3 batched per period",
 				single, batched, periods, n)
+		}
+		k := keeperFor(s)
+		k.mu.Lock()
+		dues, deadlines := k.dues.len(), k.deadlines.len()
+		k.mu.Unlock()
+		k.unuse()
+		if dues > 3 || deadlines > 3 {
+			t.Errorf("the loop schedules %d renewals and %d deadlines for %d Helds in step; want at most 3 each", dues, deadlines, n)
 		}
 		for _, h := range hs {
 			if err := h.Context().Err(); err != nil {

@@ -278,12 +278,14 @@ func (k *keeper) look(batch []*waiter) {
 	k.looking = false
 	k.lookPerKey = (k.lookPerKey + took/time.Duration(len(batch))) / 2
 	var watch []*waiter
+	k.roundSize = len(batch)
 	for i, w := range batch {
 		w.looking = false
 		if k.lookedLocked(w, results[i], starts[i]) {
 			watch = append(watch, w)
 		}
 	}
+	k.roundSize = 0
 	k.mu.Unlock()
 	k.poke()
 	for _, w := range watch {

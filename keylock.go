@@ -17,7 +17,7 @@ type keyLocks struct {
 // maxFreeKeyLocks bounds keyLocks.free: enough for the keys of a
 // renewal batch (maxBatch), so that a store renewing thousands of keys per
 // period reuses its locks instead of allocating one per key and round.
-const maxFreeKeyLocks = 4096
+const maxFreeKeyLocks = maxBatch
 
 type keyLock struct {
 	sem  chan struct{} // holds one token while the key is locked

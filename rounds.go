@@ -25,13 +25,13 @@ type round struct {
 
 // joinLocked moves h to the round of due and deadline: the round the
 // keeper made last when it matches and none of it was taken yet, else a
-// new one. Helds answered by one call are scheduled one after the other
-// with equal times, so they make one round.
+// new one, sized for k.roundSize Helds. Helds answered by one call are
+// scheduled one after the other with equal times, so they make one round.
 func (k *keeper) joinLocked(h *Held, due, deadline time.Time) {
 	k.leaveLocked(h)
 	r := k.lastRound
 	if r == nil || r.live == 0 || r.taken > 0 || r.renew != h.renew || !r.due.Equal(due) || !r.deadline.Equal(deadline) {
-		r = &round{due: due, deadline: deadline, renew: h.renew}
+		r = &round{due: due, deadline: deadline, renew: h.renew, members: make([]*Held, 0, max(k.roundSize, 1))}
 		k.lastRound = r
 		k.dues.set(r)
 		k.deadlines.set(r)

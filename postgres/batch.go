@@ -26,7 +26,8 @@ func (d *postgresDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease
 		return nil, err
 	}
 	results := make([]lease.PutResult, len(ws))
-	at, dup := indexByKey(ws)
+	at, dup := d.indexByKey(ws)
+	defer d.keepIndex(at)
 	if dup {
 		for i, w := range ws {
 			results[i].Version, results[i].Err = d.Put(ctx, w.Rec, w.Pre)
@@ -48,16 +49,27 @@ func (d *postgresDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease
 }
 
 // indexByKey maps each key of ws to its write's index, and reports
-// whether a key is named twice.
-func indexByKey(ws []lease.Write) (at map[string]int, dup bool) {
-	at = make(map[string]int, len(ws))
+// whether a key is named twice. The map is one keepIndex kept, if any:
+// a store renewing thousands of keys a period reuses one instead of
+// growing a new one per call.
+func (d *postgresDriver) indexByKey(ws []lease.Write) (at map[string]int, dup bool) {
+	at, _ = d.indexes.Get().(map[string]int)
+	if at == nil {
+		at = make(map[string]int, len(ws))
+	}
 	for i, w := range ws {
 		if _, ok := at[w.Rec.Key]; ok {
-			return nil, true
+			return at, true
 		}
 		at[w.Rec.Key] = i
 	}
 	return at, false
+}
+
+// keepIndex keeps a map indexByKey made, emptied, for a later call.
+func (d *postgresDriver) keepIndex(at map[string]int) {
+	clear(at)
+	d.indexes.Put(at)
 }
 
 // putChunk runs the batch statement for ws, the writes of the batch from

@@ -30,6 +30,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +50,7 @@ const DefaultTable = "leases"
 // as Hold's keeper renews in one call, so that a renewal call is one
 // statement (each statement costs the client a round trip and its
 // buffers, whatever its size).
-const postgresMaxBatch = 2500
+const postgresMaxBatch = 5000
 
 // DefaultMaxConns bounds the connections of the pool Open makes unless
 // MaxConns or the URL's "max_conns" says otherwise. The pool keeps as many
@@ -109,9 +110,10 @@ type postgresDriver struct {
 	insert    string
 	update    string
 	putMany   string
-	putJoined string // putMany with its columns joined into text
-	list      string // keys after $1, from prefix $2 on, at most $3
-	listTo    string // the same, before $4 (the end of the prefix range)
+	putJoined string    // putMany with its columns joined into text
+	indexes   sync.Pool // of map[string]int: PutMany's maps of key to index, emptied
+	list      string    // keys after $1, from prefix $2 on, at most $3
+	listTo    string    // the same, before $4 (the end of the prefix range)
 }
 
 var (

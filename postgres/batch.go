@@ -133,50 +133,56 @@ func nextVersion(pre lease.Precondition) uint64 {
 // every write landed, else the keys of those that did.
 func (d *postgresDriver) putJoinedChunk(ctx context.Context, ws []lease.Write, sent []int) (func(func(string) bool), error) {
 	var (
-		keys, versions, owners, epochs, expiryAt, released strings.Builder
-		expiries                                           []time.Time // distinct, in order of first use
-		keyBytes, ownerBytes                               int
+		keys, versions, ownerAt, epochs, expiryAt, released strings.Builder
+		owners                                              []string    // distinct, in order of first use
+		expiries                                            []time.Time // the same
+		keyBytes                                            int
 	)
 	for _, i := range sent {
-		keyBytes, ownerBytes = keyBytes+len(ws[i].Rec.Key)+1, ownerBytes+len(ws[i].Rec.Owner)+1
+		keyBytes += len(ws[i].Rec.Key) + 1
 	}
 	keys.Grow(keyBytes)
-	owners.Grow(ownerBytes)
 	versions.Grow(8 * len(sent)) // most take fewer digits than that
 	epochs.Grow(4 * len(sent))
-	expiryAt.Grow(2 * len(sent))
-	released.Grow(2 * len(sent))
+	for _, b := range []*strings.Builder{&ownerAt, &expiryAt, &released} {
+		b.Grow(2 * len(sent))
+	}
 	for n, i := range sent {
 		w := ws[i]
 		if n > 0 {
 			keys.WriteByte('\n')
-			owners.WriteByte('\n')
-			for _, b := range []*strings.Builder{&versions, &epochs, &expiryAt, &released} {
+			for _, b := range []*strings.Builder{&versions, &ownerAt, &epochs, &expiryAt, &released} {
 				b.WriteByte(',')
 			}
 		}
 		keys.WriteString(w.Rec.Key)
-		owners.WriteString(w.Rec.Owner)
 		v := uint64(0) // 0: insert
 		if !w.Pre.Absent {
 			v = w.Pre.Version
 		}
 		writeUint(&versions, v)
 		writeUint(&epochs, w.Rec.Epoch)
+		if len(owners) == 0 || owners[len(owners)-1] != w.Rec.Owner {
+			owners = append(owners, w.Rec.Owner)
+		}
+		writeUint(&ownerAt, uint64(len(owners))) // PostgreSQL arrays count from 1
 		if len(expiries) == 0 || !expiries[len(expiries)-1].Equal(w.Rec.ExpiresAt) {
 			expiries = append(expiries, w.Rec.ExpiresAt)
 		}
-		writeUint(&expiryAt, uint64(len(expiries))) // PostgreSQL arrays count from 1
+		writeUint(&expiryAt, uint64(len(expiries)))
 		if w.Rec.Released {
 			released.WriteByte('t')
 		} else {
 			released.WriteByte('f')
 		}
 	}
+	if len(owners) > maxJoinedOwners {
+		return d.putArrayChunk(ctx, ws, sent)
+	}
 	var count int
 	var list sql.NullString
-	err := d.db.QueryRowContext(ctx, d.putJoined, keys.String(), versions.String(), owners.String(),
-		epochs.String(), expiryAt.String(), released.String(), expiries, len(sent)).Scan(&count, &list)
+	err := d.db.QueryRowContext(ctx, d.putJoined, keys.String(), versions.String(), owners, ownerAt.String(),
+		epochs.String(), expiries, expiryAt.String(), released.String(), len(sent)).Scan(&count, &list)
 	if err != nil || count == len(sent) {
 		return nil, err
 	}
@@ -191,6 +197,11 @@ func (d *postgresDriver) putJoinedChunk(ctx context.Context, ws []lease.Write, s
 		}
 	}, nil
 }
+
+// maxJoinedOwners is how many runs of owners putJoined takes: a store
+// writes its own owner only, and a text array's element is found by
+// walking the array, so a batch of many owners goes in arrays instead.
+const maxJoinedOwners = 8
 
 func writeUint(b *strings.Builder, v uint64) {
 	var buf [20]byte

@@ -139,6 +139,31 @@ func testPostgresBatch(t *testing.T, d *postgresDriver, prefix string) {
 	}
 }
 
+// TestPostgresBatchOwners: each write of a batch stores its own owner,
+// whether the batch names a few owners (sent once each) or many (sent in
+// arrays).
+func TestPostgresBatchOwners(t *testing.T) {
+	d := newTestPostgresDriver(t)
+	for _, owners := range []int{3, maxJoinedOwners + 2} {
+		var ws []lease.Write
+		for i := range 2 * owners {
+			ws = append(ws, lease.Write{
+				Rec: lease.Record{Key: fmt.Sprintf("owners%d/%02d", owners, i), Owner: fmt.Sprintf("owner-%d", i%owners), Epoch: 1, ExpiresAt: t0},
+				Pre: lease.Precondition{Absent: true}})
+		}
+		results, err := d.PutMany(ctxBG, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range ws {
+			got, _, err := d.Get(ctxBG, w.Rec.Key)
+			if results[i].Err != nil || err != nil || got.Owner != w.Rec.Owner {
+				t.Errorf("%d owners: write %d: %+v; stored %+v, %v; want owner %q", owners, i, results[i], got, err, w.Rec.Owner)
+			}
+		}
+	}
+}
+
 // TestPostgresListByteOrder_R14: List walks keys in byte order, with a
 // prefix as an index range, even in a database whose default collation
 // sorts otherwise (ICU en-US: case-insensitive, punctuation last).

@@ -301,20 +301,21 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 		` + putWrites + `
 		SELECT key FROM ins UNION ALL SELECT key FROM upd`,
 		// The same batch with its columns joined into text, which the
-		// server splits: keys and owners by newlines, numbers and flags by
-		// commas, and each expiry an index into the batch's distinct
-		// expiries (a renewal's are all one). Encoding it costs the
-		// client a few appends per write instead of a binary array
-		// element per column. It answers how many writes landed and,
-		// only when not all did, their keys.
+		// server splits: keys by newlines, numbers and flags by commas,
+		// and each owner and expiry an index into the batch's distinct
+		// owners and expiries (a renewal's are one each). Encoding it
+		// costs the client a few appends per write instead of a binary
+		// array element per column, and sends each owner once. It
+		// answers how many writes landed and, only when not all did,
+		// their keys.
 		putJoined: `WITH w AS (
-			SELECT key, version, owner, epoch, ($7::timestamptz[])[e] AS expires, released
+			SELECT key, version, ($3::text[])[o] AS owner, epoch, ($6::timestamptz[])[e] AS expires, released
 			FROM unnest(string_to_array($1, E'\n'), string_to_array($2, ',')::bigint[],
-				string_to_array($3, E'\n'), string_to_array($4, ',')::numeric[],
-				string_to_array($5, ',')::int[], string_to_array($6, ',')::bool[])
-				AS r(key, version, owner, epoch, e, released)),
+				string_to_array($4, ',')::int[], string_to_array($5, ',')::numeric[],
+				string_to_array($7, ',')::int[], string_to_array($8, ',')::bool[])
+				AS r(key, version, o, epoch, e, released)),
 		` + putWrites + `
-		SELECT count(*), CASE WHEN count(*) < $8 THEN string_agg(key, E'\n') END
+		SELECT count(*), CASE WHEN count(*) < $9 THEN string_agg(key, E'\n') END
 		FROM (SELECT key FROM ins UNION ALL SELECT key FROM upd) AS landed`,
 		list: `SELECT key, ` + cols + ` FROM ` + t + ` WHERE key > $1 AND key >= $2
 			ORDER BY key LIMIT $3`,

@@ -607,14 +607,29 @@ func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
 	defer k.keepScratchLocked(sc)
 	k.renewing--
 	k.poke()
-	batch := sc.helds
+	again := k.answerRenewalsLocked(sc.helds, results, start, timedOut)
+	if len(again) > 0 {
+		half := len(again) / 2
+		if half == 0 {
+			half = 1
+		}
+		k.startRenewOfLocked(again[:half])
+		if half < len(again) {
+			k.startRenewOfLocked(again[half:])
+		}
+	}
+}
+
+// answerRenewalsLocked takes the answers of a renewal call of batch that
+// began at start: a renewed Held moves to its next round, a lost one
+// ends, and one whose storage failed retries sooner, unless the call ran
+// out of time (timedOut): those it returns, to be split and tried again
+// at once.
+func (k *keeper) answerRenewalsLocked(batch []*Held, results []grantResult, start time.Time, timedOut bool) (again []*Held) {
 	k.roundSize = len(batch)
 	defer func() { k.roundSize = 0 }()
-	var (
-		again            []*Held
-		now              = time.Now()
-		retryOf, retryAt = time.Duration(-1), now // Helds failing alike retry in one round
-	)
+	now := time.Now()
+	retryOf, retryAt := time.Duration(-1), now // Helds failing alike retry in one round
 	for i, h := range batch {
 		h.renewing = false
 		r := results[i]
@@ -647,14 +662,5 @@ func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
 			k.joinLocked(h, retryAt, h.deadlineLocked())
 		}
 	}
-	if len(again) > 0 {
-		half := len(again) / 2
-		if half == 0 {
-			half = 1
-		}
-		k.startRenewOfLocked(again[:half])
-		if half < len(again) {
-			k.startRenewOfLocked(again[half:])
-		}
-	}
+	return again
 }

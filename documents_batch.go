@@ -42,17 +42,15 @@ func (l lockedKeys) unlock() {
 	}
 }
 
-// renewMany renews gs, each as Renew would (R6, R12). The keys it finds
-// in the table, unexpired and with no write of unknown outcome, are
-// locked, checked and written together; Renew takes the rest, one at a
-// time, and knows every case. tickets, if not nil, holds the table entry
-// an earlier renewMany answered for each grant (nil where none), which
-// saves looking the key up; each result carries its next. sc, if not nil,
-// is the memory to work in; the results are in it.
-func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant, tickets []*heldGrant, sc *renewScratch) []grantResult {
-	if sc == nil {
-		sc = &renewScratch{}
-	}
+// renewMany renews sc.grants, each as Renew would (R6, R12), working in
+// sc's memory; the results are in it. The keys it finds in the table,
+// unexpired and with no write of unknown outcome, are locked, checked and
+// written together; Renew takes the rest, one at a time, and knows every
+// case. sc.tickets, if not nil, holds the table entry an earlier renewMany
+// answered for each grant (nil where none), which saves looking the key
+// up; each result carries its next.
+func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grantResult {
+	gs, tickets := sc.grants, sc.tickets
 	n := len(gs)
 	out := sized(sc.out, n)
 	sc.out = out

@@ -62,7 +62,7 @@ func (s *DocumentStore) AcquireBatch(ctx context.Context, keys []string) ([]Gran
 
 // RenewBatch: see AcquireBatch.
 func (s *DocumentStore) RenewBatch(ctx context.Context, gs []Grant) ([]Grant, []error) {
-	return splitResults(s.renewMany(ctx, gs, nil, nil))
+	return splitResults(s.renewMany(ctx, &renewScratch{grants: gs}))
 }
 
 func splitResults(rs []grantResult) ([]Grant, []error) {

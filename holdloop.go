@@ -493,7 +493,7 @@ type grantResult struct {
 // storage round trips (R12); the keeper uses it when the store has it.
 // Each result answers the grant or key at the same index.
 type batchStore interface {
-	renewMany(ctx context.Context, gs []Grant, tickets []*heldGrant, sc *renewScratch) []grantResult
+	renewMany(ctx context.Context, sc *renewScratch) []grantResult
 	acquireMany(ctx context.Context, keys []string) []grantResult
 }
 
@@ -524,7 +524,7 @@ func eachAtOnce(n int, call func(i int)) {
 func renewAll(ctx context.Context, s Store, sc *renewScratch) []grantResult {
 	gs := sc.grants
 	if b, ok := s.(batchStore); ok {
-		return b.renewMany(ctx, gs, sc.tickets, sc)
+		return b.renewMany(ctx, sc)
 	}
 	out := make([]grantResult, len(gs))
 	eachAtOnce(len(gs), func(i int) { out[i].g, out[i].err = s.Renew(ctx, gs[i]) })

@@ -67,8 +67,18 @@ func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err err
 func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if _, busy := k.m[key]; busy {
+	l := k.takeFreeLocked(key)
+	if l == nil {
 		return nil, false
+	}
+	return func() { <-l.sem; k.release(key, l) }, true
+}
+
+// takeFreeLocked locks key if no call holds or waits for it, and returns
+// its lock; nil if it is busy. k.mu must be held.
+func (k *keyLocks) takeFreeLocked(key string) *keyLock {
+	if _, busy := k.m[key]; busy {
+		return nil
 	}
 	if k.m == nil {
 		k.m = make(map[string]*keyLock)
@@ -77,7 +87,7 @@ func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
 	l.refs = 1
 	l.sem <- struct{}{}
 	k.m[key] = l
-	return func() { <-l.sem; k.release(key, l) }, true
+	return l
 }
 
 // tryLockEach takes, without waiting and under one lock, the lock of
@@ -88,22 +98,11 @@ func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
 func (k *keyLocks) tryLockEach(keys []string, ok []bool, taken []*keyLock) []*keyLock {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.m == nil {
-		k.m = make(map[string]*keyLock)
-	}
 	for i, key := range keys {
-		if !ok[i] {
-			continue
+		if ok[i] {
+			taken[i] = k.takeFreeLocked(key)
+			ok[i] = taken[i] != nil
 		}
-		if _, busy := k.m[key]; busy {
-			ok[i] = false
-			continue
-		}
-		l := k.get()
-		l.refs = 1
-		l.sem <- struct{}{}
-		k.m[key] = l
-		taken[i] = l
 	}
 	return taken
 }

@@ -89,7 +89,7 @@ func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results
 			continue
 		}
 		sent = append(sent, i)
-		joinable = joinable && strings.IndexByte(w.Rec.Key, '\n') < 0 // owners never hold one
+		joinable = joinable && strings.IndexByte(w.Rec.Key, '\n') < 0 // putJoined joins keys by newlines
 	}
 	if len(sent) == 0 {
 		return nil

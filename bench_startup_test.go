@@ -69,7 +69,7 @@ func benchStartup(b *testing.B, rig manyRig, n int, concurrent bool) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	keys := benchKeys(n)
+	keys := profileKeys(n)
 	floorKeys := make([]string, n)
 	for i := range floorKeys {
 		floorKeys[i] = "startfloor:" + keys[i]
@@ -206,7 +206,7 @@ func BenchmarkHeldSteady(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { s.Close() })
-		hs := holdAllAtOnce(b, s, benchKeys(n), false)
+		hs := holdAllAtOnce(b, s, profileKeys(n), false)
 		period := rig.ttl / 3
 		time.Sleep(period) // start-up's aftermath (its garbage, the first renewals) is not steady state
 		var wall, cpu, floorCPU time.Duration

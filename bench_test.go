@@ -141,6 +141,18 @@ func benchDriverFloor(b *testing.B, open func(b *testing.B) Driver) {
 	})
 }
 
+// profileKeys are n keys shaped as a profile host's: "profile/" and 16
+// hex digits that follow no order, so that consecutive keys are far
+// apart in the store's key order, as random profile IDs are.
+func profileKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		x := uint64(i+1) * 0x9e3779b97f4a7c15 // a bijection: distinct i, distinct keys
+		keys[i] = fmt.Sprintf("profile/%016x", x^x>>29)
+	}
+	return keys
+}
+
 func benchKeys(n int) []string {
 	keys := make([]string, n)
 	for i := range keys {

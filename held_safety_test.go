@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -338,6 +340,81 @@ func TestHoldEachBatchesFirstLooks(t *testing.T) {
 				n, d.gets+d.puts, d.getMany+d.putMany)
 		}
 	})
+}
+
+// TestHoldEachRenewsInKeyOrder: keys given to HoldEach in any order are
+// renewed in key order, each renewal call a range of keys that no other
+// call of its period overlaps, so that a call writes keys that lie close
+// together in the store (on SQLite, a few pages of the table rather than
+// most of them; profile IDs are random).
+func TestHoldEachRenewsInKeyOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := &putRecorder{memoryDriver: NewMemoryDriver().(*memoryDriver)}
+		s := loopStore(t, d, "alice")
+		keys := profileKeys(3*maxBatch + 17)
+		for r := range HoldEach(t.Context(), s, keys) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		d.record()
+		time.Sleep(holdTTL/3 + holdTTL/6) // one renewal period: every key renewed once
+		calls := d.recorded()
+		renewed := 0
+		for _, c := range calls {
+			if !slices.IsSorted(c) {
+				t.Errorf("a renewal call of %d keys is not in key order", len(c))
+			}
+			renewed += len(c)
+		}
+		if renewed != len(keys) {
+			t.Fatalf("%d keys renewed in one period; want each of the %d once", renewed, len(keys))
+		}
+		for _, c := range calls {
+			t.Logf("call %d %s..%s", len(c), c[0], c[len(c)-1])
+		}
+		slices.SortFunc(calls, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+		for i := 1; i < len(calls); i++ {
+			if prev := calls[i-1]; prev[len(prev)-1] >= calls[i][0] {
+				t.Errorf("renewal calls overlap: one writes %q..%q, another %q..%q",
+					prev[0], prev[len(prev)-1], calls[i][0], calls[i][len(calls[i])-1])
+			}
+		}
+	})
+}
+
+// putRecorder is a memory driver that records the keys of each PutMany
+// once told to.
+type putRecorder struct {
+	*memoryDriver
+	mu    sync.Mutex
+	on    bool
+	calls [][]string
+}
+
+func (d *putRecorder) record() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.on = true
+}
+
+func (d *putRecorder) recorded() [][]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls
+}
+
+func (d *putRecorder) PutMany(ctx context.Context, ws []Write) ([]PutResult, error) {
+	d.mu.Lock()
+	if d.on {
+		keys := make([]string, len(ws))
+		for i, w := range ws {
+			keys[i] = w.Rec.Key
+		}
+		d.calls = append(d.calls, keys)
+	}
+	d.mu.Unlock()
+	return d.memoryDriver.PutMany(ctx, ws)
 }
 
 // TestConcurrentHoldsCoalesce: many goroutines calling Hold on one store

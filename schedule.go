@@ -19,20 +19,32 @@ import "time"
 // points at its item, so when stale entries outnumber three per item (plus
 // a slack), compact drops them all: after a ReleaseAll, say, the ended
 // Helds are not kept alive until their old times come up.
+//
+// Items of equal times come out in the order they were set (a HoldEach's
+// keys, in key order; rounds made one after the other), so that what the
+// keeper takes together lies together.
 type schedule[T comparable] struct {
 	items []scheduled[T]
-	n     int // current entries: the items scheduled
-	slack int // stale entries allowed beyond 3n before compact
+	n     int    // current entries: the items scheduled
+	slack int    // stale entries allowed beyond 3n before compact
+	sets  uint64 // entries made so far: the next entry's seq
 	when  func(T) time.Time
 	mark  func(T) *uint64
 }
 
-// scheduled is one entry of a schedule: an item, its time and its mark
-// when it was set.
+// scheduled is one entry of a schedule: an item, its time, its mark when
+// it was set, and its place among the entries (earlier entries first when
+// times are equal).
 type scheduled[T any] struct {
 	at   time.Time
 	x    T
 	mark uint64
+	seq  uint64
+}
+
+// before reports whether e comes out of the schedule before o.
+func (e *scheduled[T]) before(o *scheduled[T]) bool {
+	return e.at.Before(o.at) || e.at.Equal(o.at) && e.seq < o.seq
 }
 
 // scheduleArity is how many children an entry of a schedule has.
@@ -51,7 +63,8 @@ func (s *schedule[T]) set(x T) {
 		*m++
 		s.n++
 	}
-	s.items = append(s.items, scheduled[T]{at: s.when(x), x: x, mark: *m})
+	s.sets++
+	s.items = append(s.items, scheduled[T]{at: s.when(x), x: x, mark: *m, seq: s.sets})
 	s.up(len(s.items) - 1)
 	s.compactIfStale()
 }
@@ -150,7 +163,7 @@ func (s *schedule[T]) up(i int) {
 	e := s.items[i]
 	for i > 0 {
 		parent := (i - 1) / scheduleArity
-		if !e.at.Before(s.items[parent].at) {
+		if !e.before(&s.items[parent]) {
 			break
 		}
 		s.items[i] = s.items[parent]
@@ -167,12 +180,13 @@ func (s *schedule[T]) down(i int) {
 		if child >= n {
 			break
 		}
-		for c := child + 1; c < min(child+scheduleArity, n); c++ {
-			if s.items[c].at.Before(s.items[child].at) {
+		last := min(child+scheduleArity, n) // i's children are child..last-1
+		for c := child + 1; c < last; c++ {
+			if s.items[c].before(&s.items[child]) {
 				child = c
 			}
 		}
-		if !s.items[child].at.Before(e.at) {
+		if !s.items[child].before(&e) {
 			break
 		}
 		s.items[i] = s.items[child]

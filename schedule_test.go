@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -8,13 +9,15 @@ import (
 )
 
 // TestScheduleOrder: whatever items are set, moved and removed, the
-// schedule pops them earliest first, never an item that is not scheduled,
+// schedule pops them earliest first (of equal times, the one set first),
+// never an item that is not scheduled,
 // knows which items are scheduled, first agrees with pop, and stale
 // entries never outnumber three per item plus the slack.
 func TestScheduleOrder(t *testing.T) {
 	type item struct {
 		at   time.Time
 		mark uint64
+		set  int // when it was last set
 	}
 	rapid.Check(t, func(t *rapid.T) {
 		base := time.Unix(1000, 0)
@@ -25,6 +28,7 @@ func TestScheduleOrder(t *testing.T) {
 		s := newSchedule(func(x *item) time.Time { return x.at }, func(x *item) *uint64 { return &x.mark })
 		s.slack = rapid.IntRange(0, 8).Draw(t, "slack") // small, so that compactions happen
 		in := map[*item]bool{}
+		sets := 0
 		for range rapid.IntRange(0, 200).Draw(t, "steps") {
 			x := items[rapid.IntRange(0, len(items)-1).Draw(t, "item")]
 			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
@@ -34,7 +38,8 @@ func TestScheduleOrder(t *testing.T) {
 			case op < 5:
 				x.at = base.Add(time.Duration(rapid.IntRange(0, 20).Draw(t, "at")) * time.Second)
 				s.set(x)
-				in[x] = true
+				sets++
+				x.set, in[x] = sets, true
 			case op < 7:
 				s.remove(x)
 				delete(in, x)
@@ -50,6 +55,9 @@ func TestScheduleOrder(t *testing.T) {
 				for y := range in {
 					if y.at.Before(got.at) {
 						t.Fatalf("popped %v before %v", got.at, y.at)
+					}
+					if y.at.Equal(got.at) && y.set < got.set {
+						t.Fatalf("popped the item set %d-th before the one set %d-th, of equal times", got.set, y.set)
 					}
 				}
 				delete(in, got)
@@ -83,4 +91,58 @@ func TestScheduleOrder(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestScheduleLargeOrder: in heaps of thousands of entries (a store's
+// waiting keys, its rounds), with times all equal, repeating or apart, pops come earliest
+// first and, of equal times, in the order set; removing and moving items
+// between pops keeps it so.
+func TestScheduleLargeOrder(t *testing.T) {
+	type item struct {
+		at   time.Time
+		mark uint64
+		set  int
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	base := time.Unix(1000, 0)
+	for _, c := range []struct {
+		n, times int
+		moves    bool
+	}{
+		{443, 1, false}, {2000, 1, true}, {1000, 250, true}, {10000, 2500, false}, {10000, 2500, true},
+		{2605, 1e6, false}, {10000, 1e6, true},
+	} {
+		n := c.n
+		s := newSchedule(func(x *item) time.Time { return x.at }, func(x *item) *uint64 { return &x.mark })
+		items := make([]*item, n)
+		for i := range items {
+			items[i] = &item{}
+		}
+		sets := 0
+		set := func(x *item) {
+			x.at = base.Add(time.Duration(r.IntN(c.times)) * time.Millisecond)
+			s.set(x)
+			sets++
+			x.set = sets
+		}
+		for _, x := range items {
+			set(x)
+		}
+		if c.moves {
+			for _, x := range items[:n/10] {
+				set(x) // moved: its old entry goes stale
+			}
+			for _, x := range items[n/10 : n/5] {
+				s.remove(x)
+			}
+		}
+		var last *item
+		for s.len() > 0 {
+			x := s.pop()
+			if last != nil && (x.at.Before(last.at) || x.at.Equal(last.at) && x.set < last.set) {
+				t.Fatalf("n=%d: popped (%v, set %d) after (%v, set %d)", n, x.at.Sub(base), x.set, last.at.Sub(base), last.set)
+			}
+			last = x
+		}
+	}
 }

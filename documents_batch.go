@@ -64,7 +64,9 @@ func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grant
 	keys, ok := sized(sc.keys, n), sized(sc.ok, n)
 	sc.keys, sc.ok = keys, ok
 	for i, g := range gs {
-		keys[i], ok[i] = g.Key, ValidateKey(g.Key) == nil
+		// A ticket's key was checked when its grant was acquired; renewals
+		// sees that the ticket is the grant's.
+		keys[i], ok[i] = g.Key, tickets != nil && tickets[i] != nil || ValidateKey(g.Key) == nil
 	}
 	taken := s.locks.tryLockEach(keys, ok, sized(sc.taken, n))
 	sc.taken = taken
@@ -119,7 +121,7 @@ func (s *DocumentStore) renewals(gs []Grant, tickets []*heldGrant, ok []bool, ba
 		} else {
 			h = s.held[g.Key]
 		}
-		if h == nil || (unsettled && len(s.pending[g.Key]) > 0) || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch ||
+		if h == nil || (unsettled && len(s.pending[g.Key]) > 0) || h.grant.Key != g.Key || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch ||
 			(expired(h.grant.ExpiresAt, now) && mutant != mutantBatchRenewExpired) {
 			single, drop = append(single, i), append(drop, i) // Renew reads the record and decides
 			continue

@@ -509,7 +509,9 @@ func TestSQLiteOddPath(t *testing.T) {
 // fail with lease.ErrCorrupt and leave the row as it is; Acquire never turns it
 // into a clean grant (R10).
 func TestSQLiteCorruptHeldRow_R10(t *testing.T) {
-	for _, set := range []string{"epoch = 'x'", "owner = ''", "owner = 'a b'", "epoch = 0", "released = 2", "expires_ms = 1.5"} {
+	for _, set := range []string{"epoch = 'x'", "owner = ''", "owner = 'a b'", "epoch = 0", "released = 2", "expires_ms = 1.5",
+		"owner = x'616c696365'", "epoch = x'01'", "epoch = 1.5", "released = '0x'", "released = 0.5", "released = x'00'",
+		"expires_ms = 'soon'"} {
 		t.Run(set, func(t *testing.T) {
 			d := openTestSQLite(t)
 			if d.Name() != "sqlite" {

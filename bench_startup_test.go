@@ -187,7 +187,8 @@ func getPutFloor(b *testing.B, d *tripCounter, keys []string, ttl time.Duration)
 const steadyPeriods = 6
 
 // BenchmarkHeldSteady measures the CPU this process spends keeping N
-// keys held (the store's default TTL, renewed every third of it) over
+// keys held by one HoldEach ("holdeach") or by N goroutines calling Hold
+// at once ("hold") (the store's default TTL, renewed every third of it) over
 // steadyPeriods renewal periods, from one period after start-up: getrusage user
 // plus system time over wall time, as a percentage of one core
 // ("cpu-%"). Beside it, the floor: the raw renewal writes of N keys
@@ -199,43 +200,51 @@ func BenchmarkHeldSteady(b *testing.B) {
 	if processCPU() == 0 {
 		b.Skip("this system gives no process CPU time (getrusage)")
 	}
-	forStartupBackends(b, func(b *testing.B, rig manyRig, n int) {
-		c := &tripCounter{Driver: rig.d}
-		s, err := NewDocumentStore(c, WithOwner("bench"), WithTTL(rig.ttl))
-		if err != nil {
-			b.Fatal(err)
+	for _, way := range []string{"holdeach", "hold"} {
+		b.Run(way, func(b *testing.B) {
+			forStartupBackends(b, func(b *testing.B, rig manyRig, n int) {
+				benchHeldSteady(b, rig, n, way == "hold")
+			})
+		})
+	}
+}
+
+func benchHeldSteady(b *testing.B, rig manyRig, n int, concurrent bool) {
+	c := &tripCounter{Driver: rig.d}
+	s, err := NewDocumentStore(c, WithOwner("bench"), WithTTL(rig.ttl))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	hs := holdAllAtOnce(b, s, profileKeys(n), concurrent)
+	period := rig.ttl / 3
+	time.Sleep(period) // start-up's aftermath (its garbage, the first renewals) is not steady state
+	var wall, cpu, floorCPU time.Duration
+	var trips, lost int
+	for b.Loop() {
+		c.take()
+		start, cpu0 := time.Now(), processCPU()
+		time.Sleep(steadyPeriods * period) // the loop renews on its own meanwhile
+		wall += time.Since(start)
+		cpu += processCPU() - cpu0
+		trips += c.take()
+		cpu0 = processCPU()
+		for range steadyPeriods {
+			rig.floor(b)
 		}
-		b.Cleanup(func() { s.Close() })
-		hs := holdAllAtOnce(b, s, profileKeys(n), false)
-		period := rig.ttl / 3
-		time.Sleep(period) // start-up's aftermath (its garbage, the first renewals) is not steady state
-		var wall, cpu, floorCPU time.Duration
-		var trips, lost int
-		for b.Loop() {
-			c.take()
-			start, cpu0 := time.Now(), processCPU()
-			time.Sleep(steadyPeriods * period) // the loop renews on its own meanwhile
-			wall += time.Since(start)
-			cpu += processCPU() - cpu0
-			trips += c.take()
-			cpu0 = processCPU()
-			for range steadyPeriods {
-				rig.floor(b)
-			}
-			floorCPU += processCPU() - cpu0
+		floorCPU += processCPU() - cpu0
+	}
+	for _, h := range hs {
+		if h.Context().Err() != nil {
+			lost++
 		}
-		for _, h := range hs {
-			if h.Context().Err() != nil {
-				lost++
-			}
-		}
-		iters := float64(b.N)
-		b.ReportMetric(100*float64(cpu)/float64(wall), "cpu-%")
-		b.ReportMetric(100*float64(floorCPU)/float64(wall), "floor-cpu-%")
-		b.ReportMetric(float64(trips)/iters/steadyPeriods, "calls/period")
-		b.ReportMetric(float64(lost), "lost")
-		b.ReportMetric(float64(wall.Nanoseconds())/iters, "ns/op")
-	})
+	}
+	iters := float64(b.N)
+	b.ReportMetric(100*float64(cpu)/float64(wall), "cpu-%")
+	b.ReportMetric(100*float64(floorCPU)/float64(wall), "floor-cpu-%")
+	b.ReportMetric(float64(trips)/iters/steadyPeriods, "calls/period")
+	b.ReportMetric(float64(lost), "lost")
+	b.ReportMetric(float64(wall.Nanoseconds())/iters, "ns/op")
 }
 
 // keeperIdle waits until the keeper of s has no renewal or look in flight.

@@ -342,45 +342,66 @@ func TestHoldEachBatchesFirstLooks(t *testing.T) {
 	})
 }
 
-// TestHoldEachRenewsInKeyOrder: keys given to HoldEach in any order are
-// renewed in key order, each renewal call a range of keys that no other
-// call of its period overlaps, so that a call writes keys that lie close
-// together in the store (on SQLite, a few pages of the table rather than
-// most of them; profile IDs are random).
-func TestHoldEachRenewsInKeyOrder(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := &putRecorder{memoryDriver: NewMemoryDriver().(*memoryDriver)}
-		s := loopStore(t, d, "alice")
-		keys := profileKeys(3*maxBatch + 17)
-		for r := range HoldEach(t.Context(), s, keys) {
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
+// TestRenewalsInKeyOrder: however the keys were held (one HoldEach given
+// them in any order, or a Hold each from goroutines at once), each
+// renewal call of a period writes a range of keys, in key order, that no
+// other call of that period overlaps, so that a call writes keys that lie
+// close together in the store (on SQLite, a few pages of the table rather
+// than most of them; profile IDs are random).
+func TestRenewalsInKeyOrder(t *testing.T) {
+	for _, way := range []string{"HoldEach", "Hold"} {
+		t.Run(way, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := &putRecorder{memoryDriver: NewMemoryDriver().(*memoryDriver)}
+				s := loopStore(t, d, "alice")
+				keys := profileKeys(3*maxBatch + 17)
+				if way == "HoldEach" {
+					for r := range HoldEach(t.Context(), s, keys) {
+						if r.Err != nil {
+							t.Fatal(r.Err)
+						}
+					}
+				} else {
+					var wg sync.WaitGroup
+					for _, key := range keys {
+						wg.Go(func() {
+							if _, err := Hold(t.Context(), s, key); err != nil {
+								t.Error(err)
+							}
+						})
+					}
+					wg.Wait()
+				}
+				d.record()
+				time.Sleep(holdTTL/3 + holdTTL/6) // one renewal period: every key renewed once
+				wantKeyRanges(t, d.recorded(), len(keys))
+			})
+		})
+	}
+}
+
+// wantKeyRanges checks that calls, the keys of one period's renewal
+// calls, renew n keys, each call's in key order, and that no two calls'
+// ranges of keys overlap.
+func wantKeyRanges(t *testing.T, calls [][]string, n int) {
+	t.Helper()
+	renewed := 0
+	for _, c := range calls {
+		if !slices.IsSorted(c) {
+			t.Errorf("a renewal call of %d keys is not in key order", len(c))
 		}
-		d.record()
-		time.Sleep(holdTTL/3 + holdTTL/6) // one renewal period: every key renewed once
-		calls := d.recorded()
-		renewed := 0
-		for _, c := range calls {
-			if !slices.IsSorted(c) {
-				t.Errorf("a renewal call of %d keys is not in key order", len(c))
-			}
-			renewed += len(c)
+		renewed += len(c)
+	}
+	if renewed != n {
+		t.Fatalf("%d keys renewed in one period; want each of the %d once", renewed, n)
+	}
+	slices.SortFunc(calls, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+	for i := 1; i < len(calls); i++ {
+		if prev := calls[i-1]; prev[len(prev)-1] >= calls[i][0] {
+			t.Errorf("renewal calls overlap: one writes %q..%q, another %q..%q",
+				prev[0], prev[len(prev)-1], calls[i][0], calls[i][len(calls[i])-1])
 		}
-		if renewed != len(keys) {
-			t.Fatalf("%d keys renewed in one period; want each of the %d once", renewed, len(keys))
-		}
-		for _, c := range calls {
-			t.Logf("call %d %s..%s", len(c), c[0], c[len(c)-1])
-		}
-		slices.SortFunc(calls, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
-		for i := 1; i < len(calls); i++ {
-			if prev := calls[i-1]; prev[len(prev)-1] >= calls[i][0] {
-				t.Errorf("renewal calls overlap: one writes %q..%q, another %q..%q",
-					prev[0], prev[len(prev)-1], calls[i][0], calls[i][len(calls[i])-1])
-			}
-		}
-	})
+	}
 }
 
 // putRecorder is a memory driver that records the keys of each PutMany

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +42,7 @@ type keeper struct {
 	deadlines  *schedule[*round]    // rounds by deadline
 	lastRound  *round               // the round made last, which Helds scheduled alike join
 	roundSize  int                  // how many Helds the caller of joinLocked may schedule alike
+	wave       []*Held              // startRenewalsLocked's Helds to renew, kept for its next turn
 	scratch    []*renewScratch      // kept for the next renewal calls
 	looks      *schedule[*waiter]   // the first waiter of each free key, by next look
 	renewing   int                  // renewal calls in flight
@@ -534,30 +536,37 @@ func renewAll(ctx context.Context, s Store, sc *renewScratch) []grantResult {
 // startRenewalsLocked starts a renewal of every Held that is due, or will
 // be within half its interval (early, so that the Helds of a store fall
 // into step and share their batches; never late), in batches of at most
-// maxBatch, with at most maxRenewCalls in flight.
+// maxBatch, with at most maxRenewCalls in flight. What it takes at once it
+// renews in key order, each call a range of keys: keys close in the
+// store's order lie together in its storage (on SQLite, a few pages of the
+// table), whichever calls acquired them.
 func (k *keeper) startRenewalsLocked(now time.Time) {
 	for k.renewing < maxRenewCalls {
 		r, ok := k.dues.first()
 		if !ok || now.Before(r.due) {
 			return
 		}
-		sc := k.scratchLocked()
-		batch := sc.helds[:0]
-		for len(batch) < maxBatch {
+		wave := k.wave[:0]
+		for len(wave) < (maxRenewCalls-k.renewing)*maxBatch {
 			r, ok := k.dues.first()
 			if !ok || r.due.Sub(now) > r.renew/2 {
 				break
 			}
-			batch = k.takeLocked(r, batch)
+			wave = k.takeLocked(r, wave, (maxRenewCalls-k.renewing)*maxBatch)
 		}
-		if len(batch) == 0 {
-			k.keepScratchLocked(sc)
-			continue
+		if !slices.IsSortedFunc(wave, byKey) {
+			slices.SortFunc(wave, byKey)
 		}
-		sc.helds = batch
-		k.startRenewLocked(sc)
+		for at := 0; at < len(wave); at += maxBatch {
+			k.startRenewOfLocked(wave[at:min(at+maxBatch, len(wave))])
+		}
+		clear(wave) // the keeper keeps the array, not the Helds
+		k.wave = wave[:0]
 	}
 }
+
+// byKey orders Helds by key.
+func byKey(a, b *Held) int { return strings.Compare(a.key, b.key) }
 
 // startRenewLocked starts one renewal call of sc.helds.
 func (k *keeper) startRenewLocked(sc *renewScratch) {

@@ -59,12 +59,12 @@ func (k *keeper) leaveLocked(h *Held) {
 	}
 }
 
-// takeLocked appends to batch, up to maxBatch, the members of r not yet
+// takeLocked appends to batch, up to limit, the members of r not yet
 // taken and not already being renewed (a Confirm moved them here while a
 // renewal was in flight), and marks them renewing. Once every member is
 // taken, r leaves the dues.
-func (k *keeper) takeLocked(r *round, batch []*Held) []*Held {
-	for r.taken < len(r.members) && len(batch) < maxBatch {
+func (k *keeper) takeLocked(r *round, batch []*Held, limit int) []*Held {
+	for r.taken < len(r.members) && len(batch) < limit {
 		h := r.members[r.taken]
 		r.taken++
 		if h != nil && !h.renewing {

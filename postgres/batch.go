@@ -26,9 +26,7 @@ func (d *postgresDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease
 		return nil, err
 	}
 	results := make([]lease.PutResult, len(ws))
-	at, dup := d.indexByKey(ws)
-	defer d.keepIndex(at)
-	if dup {
+	if namesAKeyTwice(ws) {
 		for i, w := range ws {
 			results[i].Version, results[i].Err = d.Put(ctx, w.Rec, w.Pre)
 		}
@@ -36,7 +34,7 @@ func (d *postgresDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease
 	}
 	for start := 0; start < len(ws); start += postgresMaxBatch {
 		end := min(start+postgresMaxBatch, len(ws))
-		if err := d.putChunk(ctx, ws[start:end], results[start:end], at, start); err != nil {
+		if err := d.putChunk(ctx, ws[start:end], results[start:end]); err != nil {
 			if start == 0 && end == len(ws) {
 				return nil, err // one statement: every outcome is unknown
 			}
@@ -48,35 +46,32 @@ func (d *postgresDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease
 	return results, nil
 }
 
-// indexByKey maps each key of ws to its write's index, and reports
-// whether a key is named twice. The map is one keepIndex kept, if any:
-// a store renewing thousands of keys a period reuses one instead of
-// growing a new one per call.
-func (d *postgresDriver) indexByKey(ws []lease.Write) (at map[string]int, dup bool) {
-	at, _ = d.indexes.Get().(map[string]int)
-	if at == nil {
-		at = make(map[string]int, len(ws))
-	}
-	for i, w := range ws {
-		if _, ok := at[w.Rec.Key]; ok {
-			return at, true
+// namesAKeyTwice reports whether ws names a key twice: by comparing
+// neighbours when ws is in key order, as the keeper's renewals are, else
+// through a map.
+func namesAKeyTwice(ws []lease.Write) bool {
+	for i := 1; i < len(ws); i++ {
+		switch strings.Compare(ws[i-1].Rec.Key, ws[i].Rec.Key) {
+		case 0:
+			return true
+		case 1:
+			seen := make(map[string]bool, len(ws))
+			for _, w := range ws {
+				if seen[w.Rec.Key] {
+					return true
+				}
+				seen[w.Rec.Key] = true
+			}
+			return false
 		}
-		at[w.Rec.Key] = i
 	}
-	return at, false
+	return false
 }
 
-// keepIndex keeps a map indexByKey made, emptied, for a later call.
-func (d *postgresDriver) keepIndex(at map[string]int) {
-	clear(at)
-	d.indexes.Put(at)
-}
-
-// putChunk runs the batch statement for ws, the writes of the batch from
-// index start, and fills results; at maps each key of the batch (named
-// once) to its index there. A write refused before the statement keeps its
-// own error; the others go on.
-func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results []lease.PutResult, at map[string]int, start int) error {
+// putChunk runs the batch statement for ws, whose keys are distinct, and
+// fills results. A write refused before the statement keeps its own error;
+// the others go on.
+func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results []lease.PutResult) error {
 	sent := make([]int, 0, len(ws)) // the indices in ws of the writes sent
 	joinable := true
 	for i, w := range ws {
@@ -113,9 +108,13 @@ func (d *postgresDriver) putChunk(ctx context.Context, ws []lease.Write, results
 		}
 		return nil
 	}
+	at := make(map[string]int, len(sent)) // not all landed: which did
+	for _, i := range sent {
+		at[ws[i].Rec.Key] = i
+	}
 	for key := range landed {
-		if i, ok := at[key]; ok && i >= start && i < start+len(ws) {
-			results[i-start] = lease.PutResult{Version: nextVersion(ws[i-start].Pre)}
+		if i, ok := at[key]; ok {
+			results[i] = lease.PutResult{Version: nextVersion(ws[i].Pre)}
 		}
 	}
 	return nil

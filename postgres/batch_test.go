@@ -388,3 +388,31 @@ func maxPlanLoops(t *testing.T, msg string) int {
 	}
 	return walk(doc.Plan)
 }
+
+// TestNamesAKeyTwice: a batch naming a key twice is found whether or not
+// its keys come in order (PutMany then writes one at a time).
+func TestNamesAKeyTwice(t *testing.T) {
+	batch := func(keys ...string) []lease.Write {
+		ws := make([]lease.Write, len(keys))
+		for i, k := range keys {
+			ws[i].Rec.Key = k
+		}
+		return ws
+	}
+	for _, c := range []struct {
+		keys []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"a"}, false},
+		{[]string{"a", "b", "c"}, false},
+		{[]string{"a", "b", "b", "c"}, true},
+		{[]string{"c", "a", "b"}, false},
+		{[]string{"a", "c", "b", "a"}, true},
+		{[]string{"a", "b", "c", "a"}, true},
+	} {
+		if got := namesAKeyTwice(batch(c.keys...)); got != c.want {
+			t.Errorf("namesAKeyTwice(%q) = %v; want %v", c.keys, got, c.want)
+		}
+	}
+}

@@ -30,7 +30,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -110,10 +109,9 @@ type postgresDriver struct {
 	insert    string
 	update    string
 	putMany   string
-	putJoined string    // putMany with its columns joined into text
-	indexes   sync.Pool // of map[string]int: PutMany's maps of key to index, emptied
-	list      string    // keys after $1, from prefix $2 on, at most $3
-	listTo    string    // the same, before $4 (the end of the prefix range)
+	putJoined string // putMany with its columns joined into text
+	list      string // keys after $1, from prefix $2 on, at most $3
+	listTo    string // the same, before $4 (the end of the prefix range)
 }
 
 var (

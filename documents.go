@@ -45,6 +45,7 @@ type heldGrant struct {
 	grant   Grant
 	version uint64
 	gone    bool
+	lock    *keyLock // the key's lock, pinned while the entry is in the table; set once
 }
 
 // forgetLocked drops key's entry from the table. s.mu must be held.
@@ -52,6 +53,9 @@ func (s *DocumentStore) forgetLocked(key string) {
 	if h, ok := s.held[key]; ok {
 		h.gone = true
 		delete(s.held, key)
+		if h.lock != nil {
+			s.locks.unpin(h.lock)
+		}
 	}
 }
 
@@ -461,9 +465,9 @@ func (s *DocumentStore) commitLocked(g Grant, released bool, version uint64) {
 			return // another owner's grant, renewed here, is not ours (R4c)
 		}
 		if h, ok := s.held[g.Key]; ok {
-			*h = heldGrant{grant: g, version: version}
+			h.grant, h.version = g, version
 		} else {
-			s.held[g.Key] = &heldGrant{grant: g, version: version}
+			s.held[g.Key] = &heldGrant{grant: g, version: version, lock: s.locks.pin(g.Key)}
 		}
 		return
 	}

@@ -68,7 +68,7 @@ func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grant
 		// sees that the ticket is the grant's.
 		keys[i], ok[i] = g.Key, tickets != nil && tickets[i] != nil || ValidateKey(g.Key) == nil
 	}
-	taken := s.locks.tryLockEach(keys, ok, sized(sc.taken, n))
+	taken := s.locks.tryLockEach(keys, ok, sized(sc.taken, n), tickets)
 	sc.taken = taken
 	batch, single, drop := s.renewals(gs, tickets, ok, sc.batch[:0])
 	sc.batch = batch
@@ -350,7 +350,7 @@ func (s *DocumentStore) commitLanded(batch []batchWrite, results []PutResult) {
 			delete(s.unseen, w.grant.Key)
 		}
 		if w.entry != nil { // still the key's entry: the batch holds the key's lock
-			*w.entry = heldGrant{grant: w.grant, version: results[j].Version}
+			w.entry.grant, w.entry.version = w.grant, results[j].Version
 			continue
 		}
 		s.commitLocked(w.grant, w.released, results[j].Version)

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -201,5 +202,53 @@ func TestOpenMemory(t *testing.T) {
 			s.Close()
 			t.Errorf("Open(%q) succeeded; want an error", url)
 		}
+	}
+}
+
+// TestKeyLocksPinnedWhileHeld: a key's lock stays in the store's locks
+// while its table holds the key, and leaves with it (released, lost or
+// taken over), so that the locks of a store hold no key it lost.
+func TestKeyLocksPinnedWhileHeld(t *testing.T) {
+	clock := newFakeClock()
+	d := NewMemoryDriver()
+	a, b := newDocStore(t, d, clock, "alice"), newDocStore(t, d, clock, "bob")
+	pinned := func() (keys []string) {
+		a.locks.mu.Lock()
+		defer a.locks.mu.Unlock()
+		for key, l := range a.locks.m {
+			if l.refs != 0 || !l.pinned || l.key != key {
+				t.Errorf("lock of %q: refs %d, pinned %v for %q; want an idle lock pinned for its key", key, l.refs, l.pinned, l.key)
+			}
+			keys = append(keys, key)
+		}
+		slices.Sort(keys)
+		return keys
+	}
+	grants := map[string]Grant{}
+	for _, key := range []string{"a", "b", "c"} {
+		g, err := a.Acquire(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants[key] = g
+	}
+	if got := pinned(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("locks of %v while a, b and c are held", got)
+	}
+	if _, err := a.Renew(t.Context(), grants["a"]); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(t.Context(), grants["b"]); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * testTTL)
+	if _, err := b.Acquire(t.Context(), "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Renew(t.Context(), grants["c"]); !errors.Is(err, ErrLost) {
+		t.Fatalf("Renew of a key taken over = %v; want ErrLost", err)
+	}
+	if got := pinned(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("locks of %v once b is released and c lost; want only a's", got)
 	}
 }

@@ -462,6 +462,53 @@ func TestConcurrentHoldsCoalesce(t *testing.T) {
 	})
 }
 
+// TestLeftWaiterGivesBackAtOnce: R17. On a store that acquires one key at
+// a time, a look whose keys are answered one by one gives back the grant
+// of a waiter that left as soon as that grant is answered, not when the
+// look's slowest key is: until then the key would be held by nobody.
+func TestLeftWaiterGivesBackAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := NewMemoryDriver()
+		slow := &slowAcquire{Store: loopStore(t, d, "alice"), key: "slow", unblock: make(chan struct{})}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan []HoldResult)
+		go func() {
+			var rs []HoldResult
+			for r := range HoldEach(ctx, slow, []string{"fast", "slow"}) {
+				rs = append(rs, r)
+			}
+			done <- rs
+		}()
+		synctest.Wait() // "fast" is acquired; the look waits for "slow"
+		cancel()
+		for _, r := range <-done {
+			if r.Err == nil {
+				t.Errorf("HoldEach yielded %q after its context ended", r.Key)
+			}
+		}
+		synctest.Wait()
+		if rec, _, err := d.Get(t.Context(), "fast"); err != nil || !rec.Released {
+			t.Errorf("fast: %+v, %v while the look still waits for slow; want it given back", rec, err)
+		}
+		close(slow.unblock)
+	})
+}
+
+// slowAcquire is a Store that acquires one key at a time (it cannot
+// batch), and whose Acquire of key waits until unblock closes.
+type slowAcquire struct {
+	Store
+	key     string
+	unblock chan struct{}
+}
+
+func (s *slowAcquire) Acquire(ctx context.Context, key string) (Grant, error) {
+	if key == s.key {
+		<-s.unblock
+	}
+	return s.Store.Acquire(ctx, key)
+}
+
 // TestHoldEachStopsAndGivesBack: stopping a HoldEach early keeps what was
 // yielded and gives back nothing the caller did not see.
 func TestHoldEachStopsAndGivesBack(t *testing.T) {

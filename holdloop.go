@@ -43,6 +43,8 @@ type keeper struct {
 	lastRound  *round               // the round made last, which Helds scheduled alike join
 	roundSize  int                  // how many Helds the caller of joinLocked may schedule alike
 	wave       []*Held              // startRenewalsLocked's Helds to renew, kept for its next turn
+	ordered    []*Held              // the same in key order, when inKeyOrder copies them
+	runs       []keyRun             // the rounds the Helds of wave came from
 	scratch    []*renewScratch      // kept for the next renewal calls
 	looks      *schedule[*waiter]   // the first waiter of each free key, by next look
 	renewing   int                  // renewal calls in flight
@@ -546,23 +548,65 @@ func (k *keeper) startRenewalsLocked(now time.Time) {
 		if !ok || now.Before(r.due) {
 			return
 		}
-		wave := k.wave[:0]
-		for len(wave) < (maxRenewCalls-k.renewing)*maxBatch {
+		limit := (maxRenewCalls - k.renewing) * maxBatch
+		wave, runs := k.wave[:0], k.runs[:0]
+		for len(wave) < limit {
 			r, ok := k.dues.first()
 			if !ok || r.due.Sub(now) > r.renew/2 {
 				break
 			}
-			wave = k.takeLocked(r, wave, (maxRenewCalls-k.renewing)*maxBatch)
+			start := len(wave)
+			if wave = k.takeLocked(r, wave, limit); len(wave) > start {
+				runs = append(runs, keyRun{start, len(wave), r.unsorted})
+			}
 		}
-		if !slices.IsSortedFunc(wave, byKey) {
-			slices.SortFunc(wave, byKey)
-		}
+		wave = k.inKeyOrder(wave, runs)
 		for at := 0; at < len(wave); at += maxBatch {
 			k.startRenewOfLocked(wave[at:min(at+maxBatch, len(wave))])
 		}
 		clear(wave) // the keeper keeps the array, not the Helds
-		k.wave = wave[:0]
+		k.wave, k.runs = wave[:0], runs[:0]
 	}
+}
+
+// keyRun is the Helds of wave[start:end], taken from one round.
+type keyRun struct {
+	start, end int
+	unsorted   bool
+}
+
+// inKeyOrder returns wave in key order. Its runs, taken each from one
+// round, are mostly in key order already and cover ranges of keys that do
+// not overlap (rounds made by calls that were in key order): ordering the
+// runs by their first keys is then enough. Otherwise it sorts the wave.
+func (k *keeper) inKeyOrder(wave []*Held, runs []keyRun) []*Held {
+	if len(runs) <= 1 {
+		if len(runs) == 1 && runs[0].unsorted {
+			slices.SortFunc(wave, byKey)
+		}
+		return wave
+	}
+	sortable := true
+	for _, r := range runs {
+		sortable = sortable && !r.unsorted
+	}
+	if sortable {
+		slices.SortFunc(runs, func(a, b keyRun) int { return byKey(wave[a.start], wave[b.start]) })
+		for i := 1; i < len(runs) && sortable; i++ {
+			sortable = wave[runs[i-1].end-1].key < wave[runs[i].start].key
+		}
+	}
+	if !sortable {
+		slices.SortFunc(wave, byKey)
+		return wave
+	}
+	ordered := k.ordered[:0]
+	for _, r := range runs {
+		ordered = append(ordered, wave[r.start:r.end]...)
+	}
+	clear(wave)
+	k.ordered = wave[:0] // the arrays swap: each turn fills the other
+	return ordered
 }
 
 // byKey orders Helds by key.

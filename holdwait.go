@@ -23,6 +23,8 @@ type waiter struct {
 	held      error         // the last look that found the key held, if any
 	looked    bool          // at least one look completed
 	looking   bool          // a look for it is in flight
+	got       *Grant        // what its look in flight got, answered before the look's other keys
+	gaveBack  bool          // it left, and what its look got went back at once
 	done      bool          // answered, or gone
 	gone      bool          // its caller stopped waiting
 	watch     func()        // ends the store's release watch, if any
@@ -165,6 +167,7 @@ func (k *keeper) abandon(w *waiter, ctx context.Context) (error, bool) {
 	if !w.looking {
 		k.dequeueLocked(w)
 	}
+	k.giveBackIfLeftLocked(w)
 	k.poke()
 	return err, true
 }
@@ -240,14 +243,44 @@ func (k *keeper) lookLimitLocked() int {
 }
 
 // acquireAll acquires keys through s: in batches when s can, else a few
-// at once.
-func acquireAll(ctx context.Context, s Store, keys []string) []grantResult {
+// at once, telling got of each key's answer as it comes.
+func acquireAll(ctx context.Context, s Store, keys []string, got func(i int, r grantResult)) []grantResult {
 	if b, ok := s.(batchStore); ok {
 		return b.acquireMany(ctx, keys)
 	}
 	out := make([]grantResult, len(keys))
-	eachAtOnce(len(keys), func(i int) { out[i].g, out[i].err = s.Acquire(ctx, keys[i]) })
+	eachAtOnce(len(keys), func(i int) {
+		out[i].g, out[i].err = s.Acquire(ctx, keys[i])
+		got(i, out[i])
+	})
 	return out
+}
+
+// lookAnswered takes one key's answer as it comes, before the look's
+// other keys are answered: a grant whose waiter has left goes back at once
+// (giveBackIfLeftLocked); else the waiter keeps it until the look ends, in
+// case it leaves meanwhile.
+func (k *keeper) lookAnswered(w *waiter, r grantResult) {
+	if r.err != nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	w.got = &r.g
+	k.giveBackIfLeftLocked(w)
+}
+
+// giveBackIfLeftLocked gives back the grant that w's look in flight got
+// when w has left and nothing else of the store wants the key, rather than
+// once the rest of the look's keys are answered: until then the key would
+// be held by nobody (R17).
+func (k *keeper) giveBackIfLeftLocked(w *waiter) {
+	if w.got == nil || !w.gone || w.gaveBack || k.stopped || k.helds[w.key] != nil ||
+		slices.ContainsFunc(k.queues[w.key], func(o *waiter) bool { return !o.gone }) {
+		return // the look's answer decides, as for any other key
+	}
+	k.giveBackLocked(*w.got)
+	w.gaveBack = true
 }
 
 // look tries to acquire the keys of batch for their waiters, bounded by
@@ -261,17 +294,19 @@ func (k *keeper) look(batch []*waiter) {
 	}
 	ctx, cancel := context.WithTimeout(k.ctx, lookTimeout)
 	start := time.Now()
-	results := acquireAll(ctx, k.s, keys)
+	results := acquireAll(ctx, k.s, keys, func(i int, r grantResult) { k.lookAnswered(batch[i], r) })
 	starts := make([]time.Time, len(batch))
 	for i := range batch {
 		starts[i] = start
 	}
 	var short []int
+	k.mu.Lock()
 	for i, r := range results {
-		if r.err == nil && k.short(batch[i].cfg, r.g, start) {
+		if r.err == nil && !batch[i].gaveBack && k.short(batch[i].cfg, r.g, start) {
 			short = append(short, i)
 		}
 	}
+	k.mu.Unlock()
 	eachAtOnce(len(short), func(j int) { // one key's slow renewal must not hold up the others'
 		i := short[j]
 		results[i].g, starts[i] = k.freshen(ctx, results[i].g, start)
@@ -328,8 +363,14 @@ func (k *keeper) freshen(ctx context.Context, g Grant, start time.Time) (Grant, 
 // storage error schedules the next look, anything else answers the
 // waiter. It reports whether w should start watching for releases.
 func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time) (watch bool) {
+	gaveBack := w.gaveBack
+	w.got, w.gaveBack = nil, false
 	if k.stopped {
 		return false // Close answered every waiter; a grant stays as a crash's would (R15)
+	}
+	if gaveBack {
+		k.dequeueLocked(w) // it left, and its grant went back
+		return false
 	}
 	if r.err == nil {
 		k.grantedLocked(w, r.g, start)

@@ -19,6 +19,8 @@ type round struct {
 	members  []*Held       // nil where a Held left
 	live     int           // members that are not nil
 	taken    int           // members[:taken] have been taken for renewal
+	unsorted bool          // members are not in key order
+	lastKey  string        // the key of the member that joined last
 
 	dueMark, expiryMark uint64 // marks of k.dues and k.deadlines (schedule)
 }
@@ -36,6 +38,10 @@ func (k *keeper) joinLocked(h *Held, due, deadline time.Time) {
 		k.dues.set(r)
 		k.deadlines.set(r)
 	}
+	if len(r.members) > 0 && h.key < r.lastKey {
+		r.unsorted = true
+	}
+	r.lastKey = h.key
 	h.round, h.slot = r, len(r.members)
 	r.members = append(r.members, h)
 	r.live++

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +75,7 @@ func benchStartup(b *testing.B, rig manyRig, n int, concurrent bool) {
 	for i := range floorKeys {
 		floorKeys[i] = "startfloor:" + keys[i]
 	}
+	slices.Sort(floorKeys) // in key order, as HoldEach takes its keys: the cheaper way to write them
 	var took, floorTime time.Duration
 	var trips, floorTrips, afterRelease, lost, goroutines int
 	var perKey float64

@@ -53,23 +53,34 @@ func forStartupBackends(b *testing.B, bench func(b *testing.B, rig manyRig, n in
 // ended before all were held), which must be 0; and the calls the store
 // still makes after the ReleaseAll that ends each iteration, until its
 // keeper is idle (renewals that were in flight), kept out of the floor's.
-func BenchmarkStartup(b *testing.B) {
+func BenchmarkStartup(b *testing.B) { forEachHoldWay(b, benchStartup) }
+
+// forEachHoldWay runs bench for each way of holding N keys, "holdeach"
+// (one HoldEach) and "hold" (N goroutines calling Hold at once), on each
+// startup backend and size.
+func forEachHoldWay(b *testing.B, bench func(b *testing.B, rig manyRig, n int, concurrent bool)) {
 	for _, way := range []string{"holdeach", "hold"} {
 		b.Run(way, func(b *testing.B) {
 			forStartupBackends(b, func(b *testing.B, rig manyRig, n int) {
-				benchStartup(b, rig, n, way == "hold")
+				bench(b, rig, n, way == "hold")
 			})
 		})
 	}
 }
 
-func benchStartup(b *testing.B, rig manyRig, n int, concurrent bool) {
+// startupStore opens a store on rig's driver, counting its driver calls.
+func startupStore(b *testing.B, rig manyRig) (*DocumentStore, *tripCounter) {
 	c := &tripCounter{Driver: rig.d}
 	s, err := NewDocumentStore(c, WithOwner("bench"), WithTTL(rig.ttl))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
+	return s, c
+}
+
+func benchStartup(b *testing.B, rig manyRig, n int, concurrent bool) {
+	s, c := startupStore(b, rig)
 	keys := profileKeys(n)
 	floorKeys := make([]string, n)
 	for i := range floorKeys {
@@ -202,22 +213,11 @@ func BenchmarkHeldSteady(b *testing.B) {
 	if processCPU() == 0 {
 		b.Skip("this system gives no process CPU time (getrusage)")
 	}
-	for _, way := range []string{"holdeach", "hold"} {
-		b.Run(way, func(b *testing.B) {
-			forStartupBackends(b, func(b *testing.B, rig manyRig, n int) {
-				benchHeldSteady(b, rig, n, way == "hold")
-			})
-		})
-	}
+	forEachHoldWay(b, benchHeldSteady)
 }
 
 func benchHeldSteady(b *testing.B, rig manyRig, n int, concurrent bool) {
-	c := &tripCounter{Driver: rig.d}
-	s, err := NewDocumentStore(c, WithOwner("bench"), WithTTL(rig.ttl))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
+	s, c := startupStore(b, rig)
 	hs := holdAllAtOnce(b, s, profileKeys(n), concurrent)
 	period := rig.ttl / 3
 	time.Sleep(period) // start-up's aftermath (its garbage, the first renewals) is not steady state

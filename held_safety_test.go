@@ -491,6 +491,10 @@ func TestLeftWaiterGivesBackAtOnce(t *testing.T) {
 			t.Errorf("fast: %+v, %v while the look still waits for slow; want it given back", rec, err)
 		}
 		close(slow.unblock)
+		synctest.Wait() // slow's grant is given back too before the store closes
+		if rec, _, err := d.Get(t.Context(), "slow"); err != nil || !rec.Released {
+			t.Errorf("slow: %+v, %v once its look ended; want it given back", rec, err)
+		}
 	})
 }
 

@@ -591,7 +591,11 @@ func (k *keeper) inKeyOrder(wave []*Held, runs []keyRun) []*Held {
 		sortable = sortable && !r.unsorted
 	}
 	if sortable {
-		slices.SortFunc(runs, func(a, b keyRun) int { return byKey(wave[a.start], wave[b.start]) })
+		for i := 1; i < len(runs); i++ { // by first key; a wave has a few runs
+			for j := i; j > 0 && wave[runs[j].start].key < wave[runs[j-1].start].key; j-- {
+				runs[j], runs[j-1] = runs[j-1], runs[j]
+			}
+		}
 		for i := 1; i < len(runs) && sortable; i++ {
 			sortable = wave[runs[i-1].end-1].key < wave[runs[i].start].key
 		}

@@ -509,8 +509,8 @@ func (k *keeper) giveBackLocked(g Grant) {
 			ctx, cancel := context.WithTimeout(k.ctx, releaseTimeout)
 			err = k.s.Release(ctx, g)
 			cancel()
-			if err == nil || errors.Is(err, ErrLost) || k.ctx.Err() != nil {
-				break
+			if err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrClosed) || k.ctx.Err() != nil {
+				break // given back, lost already, or never to be given back by this store (R15)
 			}
 			if pause(k.ctx, try) != nil {
 				break

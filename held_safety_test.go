@@ -462,11 +462,11 @@ func TestConcurrentHoldsCoalesce(t *testing.T) {
 	})
 }
 
-// TestLeftWaiterGivesBackAtOnce: R17. On a store that acquires one key at
+// TestR17LeftWaiterGivesBackAtOnce: on a store that acquires one key at
 // a time, a look whose keys are answered one by one gives back the grant
 // of a waiter that left as soon as that grant is answered, not when the
 // look's slowest key is: until then the key would be held by nobody.
-func TestLeftWaiterGivesBackAtOnce(t *testing.T) {
+func TestR17LeftWaiterGivesBackAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := NewMemoryDriver()
 		slow := &slowAcquire{Store: loopStore(t, d, "alice"), key: "slow", unblock: make(chan struct{})}

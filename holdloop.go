@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -568,53 +567,6 @@ func (k *keeper) startRenewalsLocked(now time.Time) {
 		k.wave, k.runs = wave[:0], runs[:0]
 	}
 }
-
-// keyRun is the Helds of wave[start:end], taken from one round.
-type keyRun struct {
-	start, end int
-	unsorted   bool
-}
-
-// inKeyOrder returns wave in key order. Its runs, taken each from one
-// round, are mostly in key order already and cover ranges of keys that do
-// not overlap (rounds made by calls that were in key order): ordering the
-// runs by their first keys is then enough. Otherwise it sorts the wave.
-func (k *keeper) inKeyOrder(wave []*Held, runs []keyRun) []*Held {
-	if len(runs) <= 1 {
-		if len(runs) == 1 && runs[0].unsorted {
-			slices.SortFunc(wave, byKey)
-		}
-		return wave
-	}
-	sortable := true
-	for _, r := range runs {
-		sortable = sortable && !r.unsorted
-	}
-	if sortable {
-		for i := 1; i < len(runs); i++ { // by first key; a wave has a few runs
-			for j := i; j > 0 && wave[runs[j].start].key < wave[runs[j-1].start].key; j-- {
-				runs[j], runs[j-1] = runs[j-1], runs[j]
-			}
-		}
-		for i := 1; i < len(runs) && sortable; i++ {
-			sortable = wave[runs[i-1].end-1].key < wave[runs[i].start].key
-		}
-	}
-	if !sortable {
-		slices.SortFunc(wave, byKey)
-		return wave
-	}
-	ordered := k.ordered[:0]
-	for _, r := range runs {
-		ordered = append(ordered, wave[r.start:r.end]...)
-	}
-	clear(wave)
-	k.ordered = wave[:0] // the arrays swap: each turn fills the other
-	return ordered
-}
-
-// byKey orders Helds by key.
-func byKey(a, b *Held) int { return strings.Compare(a.key, b.key) }
 
 // startRenewLocked starts one renewal call of sc.helds.
 func (k *keeper) startRenewLocked(sc *renewScratch) {

@@ -516,7 +516,7 @@ func (k *keeper) giveBackLocked(g Grant) {
 				break
 			}
 		}
-		if err != nil && !errors.Is(err, ErrLost) && k.ctx.Err() == nil {
+		if err != nil && !errors.Is(err, ErrLost) && !errors.Is(err, ErrClosed) && k.ctx.Err() == nil {
 			storeLogger(k.s).Warn("lease: could not give back a grant nobody waits for; it will expire",
 				"key", g.Key, "epoch", g.Epoch, "err", err)
 		}

@@ -50,14 +50,7 @@ func (k *keyLocks) begin(ctx context.Context, key string, closed func() bool) (u
 // lock waits for key's lock or for ctx to end.
 func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err error) {
 	k.mu.Lock()
-	if k.m == nil {
-		k.m = make(map[string]*keyLock)
-	}
-	l, ok := k.m[key]
-	if !ok {
-		l = k.get()
-		k.m[key] = l
-	}
+	l := k.entryLocked(key)
 	l.refs++
 	k.mu.Unlock()
 
@@ -87,14 +80,7 @@ func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
 func (k *keyLocks) takeFreeLocked(key string, hint *keyLock) *keyLock {
 	l := hint
 	if l == nil || !l.pinned || l.key != key {
-		var ok bool
-		if l, ok = k.m[key]; !ok {
-			if k.m == nil {
-				k.m = make(map[string]*keyLock)
-			}
-			l = k.get()
-			k.m[key] = l
-		}
+		l = k.entryLocked(key)
 	}
 	if l.refs > 0 {
 		return nil
@@ -132,6 +118,14 @@ func (k *keyLocks) tryLockEach(keys []string, ok []bool, taken []*keyLock, ticke
 func (k *keyLocks) pin(key string) *keyLock {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	l := k.entryLocked(key)
+	l.key, l.pinned = key, true
+	return l
+}
+
+// entryLocked returns key's lock in m, adding an unused one if it has
+// none. k.mu must be held.
+func (k *keyLocks) entryLocked(key string) *keyLock {
 	l, ok := k.m[key]
 	if !ok {
 		if k.m == nil {
@@ -140,7 +134,6 @@ func (k *keyLocks) pin(key string) *keyLock {
 		l = k.get()
 		k.m[key] = l
 	}
-	l.key, l.pinned = key, true
 	return l
 }
 

@@ -1,5 +1,5 @@
 // Command profilehost is the shape of a profile host: one store per node,
-// one Hold per profile it serves, Confirm before a destructive step,
+// its profiles brought up together by HoldEach, Confirm before a destructive step,
 // Holders for an admin page, metrics for the people who get paged, and
 // ReleaseAll at shutdown so that other nodes take over at once.
 //
@@ -10,6 +10,10 @@
 // interrupted.
 //
 //	go run . -listen 127.0.0.1:9464 -store file:/var/lib/profilehost/leases
+//
+// -store takes any URL lease.Open takes: this program imports the sqlite,
+// postgres and mongodb drivers, so "sqlite:/var/lib/profilehost/leases.db",
+// "postgres://…" and "mongodb://…" work as well as "file:…".
 package main
 
 import (
@@ -26,6 +30,11 @@ import (
 
 	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/leaseotel"
+	// The stores -store can name besides file: and memory:: importing a
+	// driver registers its URL schemes with lease.Open.
+	_ "github.com/leasekit/lease/mongodb"
+	_ "github.com/leasekit/lease/postgres"
+	_ "github.com/leasekit/lease/sqlite"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -73,17 +82,18 @@ func run(ctx context.Context, listen, storeURL string) error {
 	}
 	defer node.Close()
 
-	// One Hold per profile served.
+	// The node's profiles, brought up together: one HoldEach takes the
+	// free keys in batches and yields each Held as soon as its key is
+	// held, with no goroutine per key.
 	profiles := map[string]*lease.Held{}
-	for _, id := range []string{"profile:41", "profile:42", "profile:43"} {
-		h, err := lease.Hold(ctx, node, id)
-		if err != nil {
-			return err
+	for r := range lease.HoldEach(ctx, node, []string{"profile:41", "profile:42", "profile:43"}) {
+		if r.Err != nil {
+			return r.Err
 		}
-		if h.Grant().PreviousUnclean {
-			fmt.Println("recovering", id) // the previous host died holding it
+		if r.Held.Grant().PreviousUnclean {
+			fmt.Println("recovering", r.Key) // the previous host died holding it
 		}
-		profiles[id] = h // serve the profile under h.Context()
+		profiles[r.Key] = r.Held // serve the profile under r.Held.Context()
 	}
 
 	// Before a destructive step, confirm the lease is held right now,

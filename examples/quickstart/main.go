@@ -1,7 +1,12 @@
-// Command quickstart shows leases at work: two hosts contend for a profile,
-// one crashes, and the other takes over and is told to recover.
+// Command quickstart shows leases at work on the embedded default store,
+// an SQLite file: two hosts contend for a profile, one crashes, and the
+// other takes over and is told to recover.
 //
 //	go run ./examples/quickstart
+//
+// Each host opens the file through a driver of its own, as two processes
+// would. The hosts share a clock that the program moves, so the demo need
+// not wait for the lease to expire.
 package main
 
 import (
@@ -9,21 +14,28 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/sqlite"
 )
 
 func main() {
+	dir, err := os.MkdirTemp("", "lease-quickstart-")
+	must(err)
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "leases.db")
+
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Second)
-	clock := func() time.Time { return now } // a clock we can move, so the demo need not wait
-	driver := lease.NewMemoryDriver()
+	clock := func() time.Time { return now }
 	open := func(owner string) *lease.DocumentStore {
+		driver, err := sqlite.Open(file)
+		must(err)
 		s, err := lease.NewDocumentStore(driver, lease.WithOwner(owner), lease.WithClock(clock), lease.WithTTL(15*time.Second))
-		if err != nil {
-			log.Fatal(err)
-		}
+		must(err)
 		return s
 	}
 	a, b := open("host-a"), open("host-b")

@@ -81,10 +81,14 @@ func DriverCapabilities(d Driver) Capabilities {
 // a program imports.
 var crossProcessDrivers = map[string]bool{"mongodb": true, "postgres": true, "sqlite": true}
 
-// DriverHasCrossProcessCAS reports whether the named document driver of this
-// module can coordinate separate processes (R11): true for "mongodb",
-// "postgres" and "sqlite", false for "memory", "file" and any other name. For
-// a driver value, including one from elsewhere, use DriverCapabilities.
+// DriverHasCrossProcessCAS reports whether the document driver of this
+// module with the given name can coordinate separate processes (R11): true
+// for "mongodb", "postgres" and "sqlite", false for "memory", "file" and any
+// other name, including the names of drivers written outside this module.
+//
+// Use DriverCapabilities(d).CrossProcess instead when you have the driver:
+// it asks the driver itself, so it answers for any driver. This function
+// knows only the names this module ships; it stays because R11 names it.
 func DriverHasCrossProcessCAS(driver string) bool {
 	return crossProcessDrivers[driver]
 }

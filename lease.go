@@ -19,6 +19,34 @@
 //
 // All stores are safe for concurrent use by multiple goroutines.
 //
+// # Getting started
+//
+// Open a store, [Hold] a key, work while [Held.Context] lasts, and
+// [Held.Release] the key when done:
+//
+//	store, err := lease.Open(ctx, "file:/var/lib/app/leases")
+//	if err != nil {
+//		return err
+//	}
+//	defer store.Close()
+//
+//	h, err := lease.Hold(ctx, store, "report:daily") // waits while another holds it
+//	if err != nil {
+//		return err
+//	}
+//	defer h.Release(context.Background())
+//
+//	// h.Context() ends if the lease is lost: the work must stop then.
+//	// h.Grant().Epoch goes with every write, so that a late writer is refused.
+//	return writeReport(h.Context(), h.Grant().Epoch)
+//
+// Hold renews the lease in the background (a "file:" grant never expires
+// and needs no renewal). If the previous holder died
+// without releasing, h.Grant().PreviousUnclean is true: recover first.
+// [Run] does the same around a function, and [HoldEach] holds many keys at
+// once. "sqlite:/var/lib/app/leases.db", "postgres://…" and "mongodb://…"
+// work the same way once the program imports the driver's package.
+//
 // # Stores and drivers
 //
 // This package has the local store ([NewLocalStore], "file:" URLs) and the

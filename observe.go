@@ -120,20 +120,24 @@ func (c LossCause) String() string {
 	return "unknown"
 }
 
-// The storage operations of EventStorage.Op. A DocumentStore calls its
-// driver (get, get_many, put, put_many, list); a LocalStore takes and
-// gives up flocks (lock, unlock) and reads and writes lock files' records
-// (read, write: durable).
+// StorageOp names the storage call an EventStorage reports (Event.Op).
+// Its values are short snake-case words, fit for a metric attribute.
+type StorageOp string
+
+// The storage operations. A DocumentStore calls its driver (get,
+// get_many, put, put_many, list); a LocalStore takes and gives up flocks
+// (lock, unlock) and reads and writes lock files' records (read, write:
+// durable).
 const (
-	OpGet     = "get"
-	OpGetMany = "get_many"
-	OpPut     = "put"
-	OpPutMany = "put_many"
-	OpList    = "list"
-	OpLock    = "lock"
-	OpUnlock  = "unlock"
-	OpRead    = "read"
-	OpWrite   = "write"
+	OpGet     StorageOp = "get"      // Driver.Get
+	OpGetMany StorageOp = "get_many" // BatchReader.GetMany
+	OpPut     StorageOp = "put"      // Driver.Put
+	OpPutMany StorageOp = "put_many" // BatchDriver.PutMany
+	OpList    StorageOp = "list"     // ListDriver.List
+	OpLock    StorageOp = "lock"     // LocalStore: flock a key's lock file
+	OpUnlock  StorageOp = "unlock"   // LocalStore: give the flock up
+	OpRead    StorageOp = "read"     // LocalStore: read a lock file's record
+	OpWrite   StorageOp = "write"    // LocalStore: write a record durably
 )
 
 // Event is one thing a store did. Which fields are set depends on Kind.
@@ -148,42 +152,10 @@ type Event struct {
 	All             bool      // EventReleased: by ReleaseAll
 	Cause           LossCause // EventLost
 
-	Op       string        // EventStorage: the operation (OpGet, …)
+	Op       StorageOp     // EventStorage: the operation (OpGet, …)
 	Batch    int           // EventStorage, EventRenewed: keys in the call
 	Duration time.Duration // EventStorage, EventWaitDone, EventWaitGaveUp
 	Err      error         // EventStorage, EventRenewFailed, EventWaitGaveUp
-}
-
-// ErrorClass names the kind of e.Err in a few words fit for a metric
-// attribute: "" when Err is nil, else one of "not_found", "conflict",
-// "held", "lost", "corrupt", "closed", "canceled", "timeout",
-// "invalid_key" or "storage".
-func (e Event) ErrorClass() string { return errorClass(e.Err) }
-
-func errorClass(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, ErrNotFound):
-		return "not_found"
-	case errors.Is(err, ErrConflict):
-		return "conflict"
-	case errors.Is(err, ErrHeld):
-		return "held"
-	case errors.Is(err, ErrCorrupt):
-		return "corrupt"
-	case errors.Is(err, ErrClosed):
-		return "closed"
-	case errors.Is(err, ErrLost):
-		return "lost"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, ErrInvalidKey):
-		return "invalid_key"
-	}
-	return "storage"
 }
 
 // observer is a store's link to its Observer, nil when it has none. It
@@ -326,13 +298,13 @@ func (ob *observer) closed() {
 
 // storage reports one storage call, begun at start, about key (or batch
 // keys when key is "").
-func (ob *observer) storage(op, key string, batch int, start time.Time, err error) {
+func (ob *observer) storage(op StorageOp, key string, batch int, start time.Time, err error) {
 	if ob != nil {
 		ob.onStorage(op, key, batch, start, err)
 	}
 }
 
-func (ob *observer) onStorage(op, key string, batch int, start time.Time, err error) {
+func (ob *observer) onStorage(op StorageOp, key string, batch int, start time.Time, err error) {
 	ob.emit(Event{Kind: EventStorage, Op: op, Key: key, Batch: batch, Duration: time.Since(start), Err: err})
 }
 
@@ -525,7 +497,7 @@ func (o slogObserver) Observe(e Event) {
 	case EventRenewed:
 		attrs = append(attrs, slog.Int("batch", e.Batch))
 	case EventStorage:
-		attrs = append(attrs, slog.String("op", e.Op), slog.Int("batch", e.Batch))
+		attrs = append(attrs, slog.String("op", string(e.Op)), slog.Int("batch", e.Batch))
 	}
 	if e.Duration != 0 || e.Kind == EventStorage {
 		attrs = append(attrs, slog.Duration("duration", e.Duration))

@@ -152,12 +152,12 @@ type kindOptions struct {
 	release  [2][]metric.AddOption // by lease.release.all
 	loss     map[lease.LossCause][]metric.AddOption
 	wait     [2][]metric.RecordOption // acquired, gave_up
-	ops      map[string][]metric.RecordOption
+	ops      map[lease.StorageOp][]metric.RecordOption
 }
 
 var (
 	lossCauses = []lease.LossCause{lease.LossTaken, lease.LossExpired, lease.LossClosed, lease.LossDeadline}
-	storageOps = []string{lease.OpGet, lease.OpGetMany, lease.OpPut, lease.OpPutMany, lease.OpList,
+	storageOps = []lease.StorageOp{lease.OpGet, lease.OpGetMany, lease.OpPut, lease.OpPutMany, lease.OpList,
 		lease.OpLock, lease.OpUnlock, lease.OpRead, lease.OpWrite}
 )
 
@@ -176,13 +176,13 @@ func newKindOptions(kind string) *kindOptions {
 		release:  [2][]metric.AddOption{add(AttrReleaseAll.Bool(false)), add(AttrReleaseAll.Bool(true))},
 		wait:     [2][]metric.RecordOption{rec(AttrWaitOutcome.String("acquired")), rec(AttrWaitOutcome.String("gave_up"))},
 		loss:     make(map[lease.LossCause][]metric.AddOption),
-		ops:      make(map[string][]metric.RecordOption),
+		ops:      make(map[lease.StorageOp][]metric.RecordOption),
 	}
 	for _, c := range lossCauses {
 		k.loss[c] = add(AttrLossCause.String(c.String()))
 	}
 	for _, op := range storageOps {
-		k.ops[op] = rec(AttrStorageOp.String(op))
+		k.ops[op] = rec(AttrStorageOp.String(string(op)))
 	}
 	return k
 }
@@ -218,7 +218,7 @@ func (o *observer) Observe(e lease.Event) {
 	case lease.EventRenewed:
 		o.renewals.Add(ctx, 1, k.base...)
 	case lease.EventRenewFailed:
-		o.renewalFailures.Add(ctx, 1, metric.WithAttributes(k.kind, AttrErrorType.String(e.ErrorClass())))
+		o.renewalFailures.Add(ctx, 1, metric.WithAttributes(k.kind, AttrErrorType.String(errorType(e.Err))))
 	case lease.EventLost:
 		o.held.Add(ctx, -1, k.base...)
 		o.losses.Add(ctx, 1, k.lossOptions(e.Cause)...)
@@ -244,11 +244,11 @@ func (k *kindOptions) lossOptions(c lease.LossCause) []metric.AddOption {
 // storageOptions are the attributes of a storage call: made anew only for
 // a failed one, which also names its error.type.
 func (k *kindOptions) storageOptions(e lease.Event) []metric.RecordOption {
-	class := e.ErrorClass()
+	class := errorType(e.Err)
 	if opts, ok := k.ops[e.Op]; ok && class == "" {
 		return opts
 	}
-	attrs := []attribute.KeyValue{k.kind, AttrStorageOp.String(e.Op)}
+	attrs := []attribute.KeyValue{k.kind, AttrStorageOp.String(string(e.Op))}
 	if class != "" {
 		attrs = append(attrs, AttrErrorType.String(class))
 	}
@@ -272,14 +272,46 @@ func (o *observer) span(name string, e lease.Event) {
 		attrs = append(attrs, AttrEpoch.Int64(int64(e.Epoch)))
 	}
 	if e.Kind == lease.EventStorage {
-		attrs = append(attrs, AttrStorageOp.String(e.Op), AttrBatchSize.Int(e.Batch))
+		attrs = append(attrs, AttrStorageOp.String(string(e.Op)), AttrBatchSize.Int(e.Batch))
 	}
 	_, sp := o.tracer.Start(context.Background(), name,
 		trace.WithTimestamp(end.Add(-e.Duration)), trace.WithAttributes(attrs...),
 		trace.WithSpanKind(trace.SpanKindInternal))
 	if e.Err != nil {
-		sp.SetAttributes(AttrErrorType.String(e.ErrorClass()))
+		sp.SetAttributes(AttrErrorType.String(errorType(e.Err)))
 		sp.SetStatus(codes.Error, e.Err.Error())
 	}
 	sp.End(trace.WithTimestamp(end))
+}
+
+// errorType is the value of the error.type attribute for err, the error
+// of a failed storage call, renewal or wait: "" when err is nil, else a
+// few words that a metric can carry (a bounded set, never the message):
+// "not_found", "conflict", "held", "corrupt", "closed", "lost",
+// "canceled", "timeout", "invalid_key", or "storage" for any other
+// failure of the store's storage. The first that err matches wins.
+func errorType(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, lease.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, lease.ErrConflict):
+		return "conflict"
+	case errors.Is(err, lease.ErrHeld):
+		return "held"
+	case errors.Is(err, lease.ErrCorrupt):
+		return "corrupt"
+	case errors.Is(err, lease.ErrClosed):
+		return "closed"
+	case errors.Is(err, lease.ErrLost):
+		return "lost"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, lease.ErrInvalidKey):
+		return "invalid_key"
+	}
+	return "storage"
 }

@@ -1,5 +1,7 @@
 // Command lease holds a keyed lease while a command runs, in the manner
 // of flock(1), etcdctl lock and consul lock, and reports who holds keys.
+// README.md in this directory walks through it, with the environment
+// COMMAND gets and a table of what lease run does in each case.
 //
 // Usage:
 //

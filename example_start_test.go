@@ -2,7 +2,9 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log"
 	"os"
 
 	"github.com/leasekit/lease"
@@ -45,4 +47,37 @@ func holdReport(ctx context.Context, url string) error {
 func writeReport(ctx context.Context, epoch uint64) error {
 	fmt.Println("writing the report at epoch", epoch)
 	return ctx.Err()
+}
+
+// docs/local.md's example, compiled: one run of a nightly job on one
+// host, on the local store. It names a directory of a real host, so it is
+// not run.
+func ExampleNewLocalStore() {
+	if err := nightlyOnce(context.Background()); err != nil {
+		log.Print(err)
+	}
+}
+
+func nightlyOnce(ctx context.Context) error {
+	s, err := lease.NewLocalStore("/var/lib/myapp/leases") // or lease.Open(ctx, "file:/var/lib/myapp/leases")
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+
+	g, err := s.Acquire(ctx, "jobs/nightly")
+	var held *lease.HeldError
+	switch {
+	case errors.As(err, &held):
+		log.Printf("%s is running it (epoch %d)", held.Owner, held.Epoch)
+		return nil
+	case err != nil:
+		return err
+	}
+	defer s.Release(ctx, g)
+	if g.PreviousUnclean {
+		// the last holder died without releasing: recover first
+	}
+	fmt.Println("running jobs/nightly at epoch", g.Epoch)
+	return nil
 }

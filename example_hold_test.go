@@ -94,7 +94,8 @@ func serveProfile(ctx context.Context, id string, epoch uint64) error {
 	return nil
 }
 
-// serveWithRun is the README's Run example.
+// serveWithRun serves a profile under Run, recovering first if the
+// previous holder died.
 func serveWithRun(ctx context.Context, store lease.Store) error {
 	err := lease.Run(ctx, store, "profile:42", func(ctx context.Context, g lease.Grant) error {
 		if g.PreviousUnclean {
@@ -111,7 +112,8 @@ func serveWithRun(ctx context.Context, store lease.Store) error {
 	return err
 }
 
-// serveWithHold is the README's Hold example.
+// serveWithHold serves a profile under Hold, until the work returns or
+// the lease is lost.
 func serveWithHold(ctx context.Context, store lease.Store) error {
 	h, err := lease.Hold(ctx, store, "profile:42") // waits while someone else holds it
 	if err != nil {
@@ -121,7 +123,7 @@ func serveWithHold(ctx context.Context, store lease.Store) error {
 	return serveProfile(h.Context(), "42", h.Grant().Epoch) // stops when the lease is lost
 }
 
-// startNode is the README's profile-host start-up: every assigned profile
+// startNode is docs/performance.md's profile-host start-up: every assigned profile
 // held through one HoldEach, each served as soon as its key is held.
 func startNode(ctx context.Context, node lease.Store, assigned []string,
 	serve func(ctx context.Context, id string, epoch uint64) error) map[string]*lease.Held {

@@ -14,7 +14,7 @@ import (
 
 // TestProfilehostServesMetrics builds examples/profilehost, its own module
 // with OpenTelemetry's Prometheus exporter, against this checkout, runs it,
-// and scrapes its /metrics: the Prometheus path the README documents.
+// and scrapes its /metrics: the Prometheus path docs/observability.md documents.
 // The build downloads the exporter through the Go module proxy.
 func TestProfilehostServesMetrics(t *testing.T) {
 	root, err := filepath.Abs("..")

@@ -1,4 +1,4 @@
-// Command acquire is the README's quick start: it takes the lease on a
+// Command acquire uses the bare operations of a Store: it takes the lease on a
 // profile, runs crash recovery if the previous holder died, serves, and
 // releases. Run it twice: each run is a new holder, with the next epoch.
 //

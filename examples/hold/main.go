@@ -1,6 +1,6 @@
 // Command hold keeps a lease on a key while it works, on the embedded
-// default store (an SQLite file in the temporary directory). Run it twice
-// at once and the second waits for the first; each run gets the next epoch.
+// default store (an SQLite file in the temporary directory). Each run gets
+// the next epoch; while one run holds the key, another waits for it.
 //
 //	go run ./examples/hold
 package main

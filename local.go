@@ -381,7 +381,7 @@ func (s *LocalStore) release(ctx context.Context, g Grant) error {
 }
 
 // Holder returns the record of key's live holder: an unreleased record
-// whose flock is taken. It is ErrNotFound when the key was never written,
+// whose flock is taken, in the file the key's path names now. It is ErrNotFound when the key was never written,
 // is released, or its holder died. It creates and locks nothing.
 func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 	unlock, err := s.begin(ctx, key)
@@ -394,7 +394,9 @@ func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 		if err != nil {
 			return Record{}, s.storageErr("holder", key, err)
 		}
-		if names(rec, h.grant) {
+		// The descriptor may be open on a file that no longer is the
+		// key's: then the path, not this store, knows the holder.
+		if names(rec, h.grant) && s.stillLinked(key, h) {
 			return *rec, nil
 		}
 	}

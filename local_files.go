@@ -27,7 +27,7 @@ func (s *LocalStore) tryLock(key string) (h *localLock, locked bool, err error) 
 		f, id, err = openLockFile(path, os.O_RDWR)
 		if errors.Is(err, os.ErrNotExist) {
 			if err := s.createLockFile(key); err != nil {
-				return nil, false, lockFileErr(err)
+				return nil, false, err
 			}
 			f, id, err = openLockFile(path, os.O_RDWR)
 		}
@@ -57,7 +57,7 @@ func (s *LocalStore) tryLock(key string) (h *localLock, locked bool, err error) 
 func (s *LocalStore) createLockFile(key string) error {
 	tmp, err := createTemp(s.root, ".new-")
 	if err != nil {
-		return lockFileErr(err)
+		return s.rootErr(err)
 	}
 	defer os.Remove(tmp.Name())
 	err = writeRecord(tmp, 1, absentRecord(key))
@@ -68,9 +68,19 @@ func (s *LocalStore) createLockFile(key string) error {
 		return err
 	}
 	if err := os.Link(tmp.Name(), s.lockPath(key)); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
+		return s.rootErr(err)
 	}
 	return nil
+}
+
+// rootErr says that the root is not writable when creating a file in it
+// was refused: a permission problem for an operator to fix, not damage.
+// Running out of descriptors says so; other errors pass through.
+func (s *LocalStore) rootErr(err error) error {
+	if denied(err) {
+		return &accessError{what: "root " + s.root + " is not writable by this process", err: err}
+	}
+	return lockFileErr(err)
 }
 
 // stillLinked reports whether key's lock file path still names the inode
@@ -100,23 +110,50 @@ func (s *LocalStore) peek(key string) (*Record, error) {
 
 // lockFileErr marks an error opening a lock file as ErrCorrupt when the
 // path names something the store cannot have made (a directory, a symlink,
-// a FIFO, a file it may not open): such a record cannot be read (R10).
-// Running out of descriptors says so (fdLimitError). Other errors pass
-// through.
+// a FIFO): such a record cannot be read (R10). A file this process may not
+// open, or a read-only filesystem, is an accessError: the record may be
+// sound. Running out of descriptors says so (fdLimitError). Other errors,
+// and errors it marked already, pass through.
 func lockFileErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+	var access *accessError
+	var limit *fdLimitError
+	switch {
+	case err == nil, errors.Is(err, ErrCorrupt), errors.As(err, &access), errors.As(err, &limit):
+		return err
+	case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE):
 		return &fdLimitError{err}
+	case denied(err):
+		return &accessError{what: "no access to the lock file", err: err}
 	}
-	for _, e := range []error{syscall.ELOOP, syscall.EISDIR, syscall.ENOTDIR, syscall.EACCES, syscall.EPERM, syscall.ENXIO} {
+	for _, e := range []error{syscall.ELOOP, syscall.EISDIR, syscall.ENOTDIR, syscall.ENXIO} {
 		if errors.Is(err, e) {
 			return corrupt("cannot open lock file: %w", err)
 		}
 	}
 	return err
 }
+
+// denied reports whether err is a refusal to write or open: permissions,
+// or a read-only filesystem.
+func denied(err error) bool {
+	return errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS)
+}
+
+// accessError is storage this process may not write or open: a setup
+// problem that waiting does not cure (Hold gives up at once) and that
+// deleting lock files must not be used to repair. It matches
+// os.ErrPermission, whatever the cause (EACCES, EPERM or EROFS).
+type accessError struct {
+	what string
+	err  error
+}
+
+func (e *accessError) Error() string { return e.what + ": " + e.err.Error() }
+
+func (e *accessError) Unwrap() error { return e.err }
+
+// Is reports whether target is os.ErrPermission.
+func (e *accessError) Is(target error) bool { return target == os.ErrPermission }
 
 // fdLimitError is running out of descriptors: each held key keeps one
 // open. It matches EMFILE or ENFILE, so that callers do not retry it as a

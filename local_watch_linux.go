@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,20 +18,38 @@ import (
 // a waiter woken at once may still find the flock taken.
 const localRewake = 5 * time.Millisecond
 
+// Bounds on how often the watch looks for a root that went away: a new
+// directory at its path is watched within localFollowMax of appearing.
+const (
+	localFollowMin = 10 * time.Millisecond
+	localFollowMax = time.Second
+)
+
 // watchSupported tells that the store can watch its root here.
 const watchSupported = true
 
 // localWatch is a store's inotify instance on its root: the waiters it
 // wakes, and the lock files of the Helds it checks. One goroutine reads its
 // events until stop.
+//
+// The watch is on the directory at the root's path, not on the path: when
+// that directory is moved away or deleted, the watch follows the path
+// (follow) to the directory found there then, or looks for one every so
+// often while none is; each time it checks every Held and wakes every
+// waiter, since none of the old directory's events tell of the new one.
 type localWatch struct {
+	root string
+	fd   int           // the inotify descriptor's number, for adding watches
 	f    *os.File      // the inotify descriptor, in the runtime's poller
 	done chan struct{} // closed when the reader has returned
+	wd   atomic.Int32  // the watch of the directory at the root's path; -1 while none
 
 	mu      sync.Mutex
 	byName  map[string]map[*watchEntry]struct{} // lock file name → its waiters
 	held    map[string]*heldEntry               // lock file name → the held flock to check
 	rewake  map[string]*time.Timer              // the second wake per name
+	retry   *time.Timer                         // the next look for a missing root
+	pause   time.Duration                       // the pause before the next such look
 	stopped bool
 }
 
@@ -67,17 +86,21 @@ func startWatch(root string) (*localWatch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: watching %s: %w", root, os.NewSyscallError("inotify_init1", err))
 	}
-	if _, err := unix.InotifyAddWatch(fd, root, watchMask); err != nil {
+	wd, err := unix.InotifyAddWatch(fd, root, watchMask)
+	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("lease: watching %s: %w", root, os.NewSyscallError("inotify_add_watch", err))
 	}
 	w := &localWatch{
+		root:   root,
+		fd:     fd,
 		f:      os.NewFile(uintptr(fd), "inotify:"+root),
 		done:   make(chan struct{}),
 		byName: make(map[string]map[*watchEntry]struct{}),
 		held:   make(map[string]*heldEntry),
 		rewake: make(map[string]*time.Timer),
 	}
+	w.wd.Store(int32(wd))
 	go w.read()
 	return w, nil
 }
@@ -136,6 +159,9 @@ func (w *localWatch) stop() {
 	for _, t := range w.rewake {
 		t.Stop()
 	}
+	if w.retry != nil {
+		w.retry.Stop()
+	}
 	w.mu.Unlock()
 	w.f.Close() // ends the reader's Read
 	<-w.done
@@ -147,9 +173,10 @@ const inotifyEventLen = 16
 
 // read wakes the waiters of every lock file named by an event, and checks
 // the held lock file of a name created, deleted or moved. A change of the
-// root, a lost watch or lost events (queue overflow) check every held
-// lock file and wake everyone. Each event costs a map look-up, and a check
-// (one statx) only for a held name.
+// root, a lost watch or lost events (queue overflow) make the watch follow
+// the root's path, check every held lock file and wake everyone. Events of
+// a directory no longer at the path are ignored. Each event costs a map
+// look-up, and a check (one statx) only for a held name.
 func (w *localWatch) read() {
 	defer close(w.done)
 	buf := make([]byte, 64*(inotifyEventLen+unix.NAME_MAX+1))
@@ -159,6 +186,7 @@ func (w *localWatch) read() {
 			return // stop closed the descriptor
 		}
 		for ev := buf[:n]; len(ev) >= inotifyEventLen; {
+			wd := int32(binary.NativeEndian.Uint32(ev[0:]))
 			mask := binary.NativeEndian.Uint32(ev[4:])
 			nameLen := int(binary.NativeEndian.Uint32(ev[12:]))
 			if inotifyEventLen+nameLen > len(ev) {
@@ -167,7 +195,10 @@ func (w *localWatch) read() {
 			name := string(bytes.TrimRight(ev[inotifyEventLen:inotifyEventLen+nameLen], "\x00"))
 			ev = ev[inotifyEventLen+nameLen:]
 			switch {
+			case mask&unix.IN_Q_OVERFLOW == 0 && wd != w.wd.Load():
+				// the old root's, after the watch followed the path
 			case mask&rootChanged != 0:
+				w.follow()
 				w.checkAllHeld()
 				w.wakeAll()
 			case name != "":
@@ -177,6 +208,51 @@ func (w *localWatch) read() {
 				w.wakeName(name, true)
 			}
 		}
+	}
+}
+
+// follow watches the directory now at the root's path, in place of the
+// one watched so far (the same one, after lost events), and reports
+// whether it found one. While the path names no directory, it looks again
+// after a pause that grows to localFollowMax, and checks and wakes everyone
+// once it finds one (refollow).
+func (w *localWatch) follow() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return false
+	}
+	old := w.wd.Load()
+	wd, err := unix.InotifyAddWatch(w.fd, w.root, watchMask)
+	if err != nil {
+		wd = -1
+	}
+	if old >= 0 && old != int32(wd) {
+		// The old directory's watch goes (it may have gone with the
+		// directory already: no matter), and so do its events.
+		unix.InotifyRmWatch(w.fd, uint32(old))
+	}
+	w.wd.Store(int32(wd))
+	if err == nil {
+		w.pause = 0
+		return true
+	}
+	w.pause = min(max(2*w.pause, localFollowMin), localFollowMax)
+	if w.retry == nil {
+		w.retry = time.AfterFunc(w.pause, w.refollow)
+	} else {
+		w.retry.Reset(w.pause)
+	}
+	return false
+}
+
+// refollow looks again for a root that went away; once it finds one, a
+// Held made there and a waiter for a key there are watched, so it checks
+// every Held and wakes every waiter.
+func (w *localWatch) refollow() {
+	if w.follow() {
+		w.checkAllHeld()
+		w.wakeAll()
 	}
 }
 

@@ -28,7 +28,7 @@ import (
 // instead of closing it (takeSpare, keepSpare). A lock file created,
 // deleted or moved also wakes its waiters: a file replaced is a free one.
 // The watch follows the root's path when its directory is moved away or
-// deleted (localWatch.follow), and wakes every waiter then.
+// deleted (localfs.Watch), and wakes every waiter then.
 func (s *LocalStore) watchRelease(key string, wake func()) (stop func(), err error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err

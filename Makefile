@@ -42,7 +42,7 @@ tidy-check:
 # target that does not exist fails the run, so that the list cannot
 # silently go stale.
 FUZZTIME ?= 30s
-FUZZ_TARGETS = .:FuzzValidateKey .:FuzzValidateOwner .:FuzzStoreURL .:FuzzLocalRecord .:FuzzLocalSlots \
+FUZZ_TARGETS = .:FuzzValidateKey .:FuzzValidateOwner .:FuzzStoreURL ./internal/localfs:FuzzLocalRecord ./internal/localfs:FuzzLocalSlots \
 	./sqlite:FuzzSQLiteRow ./mongodb:FuzzMongoRecord ./mongodb:FuzzMongoURL ./mongodb:FuzzMongoOwnerGuard
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

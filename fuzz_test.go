@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // Fuzz targets for every parser of stored or user-given bytes. Their seed
@@ -19,7 +21,7 @@ func isOneLine(err error) bool { return !strings.ContainsAny(err.Error(), "\n\r"
 // own fuzz targets round-trip records through their encodings.)
 func roundTrips(t *testing.T, rec Record) {
 	t.Helper()
-	if seq, got, ok := decodeSlot(encodeSlot(7, rec)); !ok || seq != 7 || got != rec {
+	if seq, got, ok := localfs.DecodeSlot(localfs.EncodeSlot(7, toSlot(rec))); !ok || seq != 7 || got != toSlot(rec) {
 		t.Fatalf("local slot of %+v reads back as %+v seq %d, %v", rec, got, seq, ok)
 	}
 }

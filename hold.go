@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -142,7 +143,8 @@ type Held struct {
 // its own, with a new epoch (R16); waiters of one key in one store are
 // served first come, first served. FailIfHeld makes Hold fail at once
 // instead, with a *HeldError. Storage errors are retried, except a corrupt
-// record (ErrCorrupt) or a process out of descriptors.
+// record (ErrCorrupt), a process out of descriptors, or storage it may not
+// write (os.ErrPermission).
 //
 // The looks of one store are made together: concurrent Hold calls, and
 // the keys of HoldEach, share batched storage calls (R12), so a thousand
@@ -366,8 +368,8 @@ func storeTTL(s Store) time.Duration {
 // retryable reports whether waiting may cure err: the key is held, or
 // storage failed in a way that is safe to retry.
 func retryable(err error) bool {
-	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-		return false // out of descriptors: waiting would only hide it
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, os.ErrPermission) {
+		return false // out of descriptors or not permitted: waiting would only hide it
 	}
 	return errors.Is(err, ErrHeld) || (errors.Is(err, ErrStorage) && !errors.Is(err, ErrCorrupt))
 }

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -16,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // LocalStore is a Store for one host with no database: the operating
@@ -25,7 +26,7 @@ import (
 //
 // Each key has one lock file under the root, named by the SHA-256 of the
 // key; the file is locked while the key is held and also holds the key's
-// record (see localrecord.go). Lock files are created whole (never empty)
+// record (see internal/localfs). Lock files are created whole (never empty)
 // and are never deleted, renamed or replaced by the store. If someone else
 // does, the key's grant is lost: on Linux the Held of a grant ends at once
 // (watchHeld); elsewhere its next Renew, Confirm or Release says ErrLost.
@@ -48,7 +49,7 @@ type LocalStore struct {
 
 	mu      sync.Mutex            // guards the fields below
 	held    map[string]*localLock // the keys whose flock this instance holds
-	watch   *localWatch           // the release watch, while any key is watched
+	watch   *localfs.Watch        // the release watch, while any key is watched
 	watched map[string]int        // watchRelease calls in force, per key
 	spare   map[string]*os.File   // a watched key's descriptor, kept between tries
 	done    bool                  // Close has begun
@@ -56,8 +57,7 @@ type LocalStore struct {
 	losses        lossQueue // Helds whose lock file the watch found replaced (watchHeld)
 	unwatchedOnce sync.Once // warns once that Helds cannot be watched
 
-	lockDevOnce sync.Once
-	lockDev     devMap // how /proc/locks names the root's device (Linux)
+	flocks localfs.Flocks // how /proc/locks names the root's device (Linux)
 
 	roundTrips atomic.Uint64 // flock operations and durable writes; read by benchmarks
 }
@@ -66,12 +66,12 @@ var _ Store = (*LocalStore)(nil)
 
 // localLock is a key whose flock this instance holds.
 type localLock struct {
-	f     *os.File   // the one descriptor: it holds the flock and reads and writes the record
-	id    fileID     // the inode f is open on
-	seq   uint64     // write number of the newest record in the file
-	grant Grant      // the grant the record names; zero until acquired
-	watch *heldEntry // its watchHeld, while a Held has the grant; guarded by LocalStore.mu
-	done  sync.Once  // gives the flock up once, whoever gets there first
+	f     *os.File           // the one descriptor: it holds the flock and reads and writes the record
+	id    localfs.FileID     // the inode f is open on
+	seq   uint64             // write number of the newest record in the file
+	grant Grant              // the grant the record names; zero until acquired
+	watch *localfs.HeldCheck // its watchHeld, while a Held has the grant; guarded by LocalStore.mu
+	done  sync.Once          // gives the flock up once, whoever gets there first
 }
 
 // Bounds on how long a loser of a race waits for the winner's record to
@@ -94,7 +94,7 @@ func NewLocalStore(root string, opts ...Option) (*LocalStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := localSupported(); err != nil {
+	if err := localfs.Supported(); err != nil {
 		return nil, err
 	}
 	if root == "" {
@@ -140,20 +140,12 @@ func prepareRoot(root string) error {
 	}
 	// Access checks lie on some filesystems (read-only mounts, ACLs), so
 	// create and remove a file the way the store will.
-	f, err := createTemp(root, ".probe-")
+	f, err := localfs.CreateTemp(root, ".probe-")
 	if err != nil {
 		return fmt.Errorf("lease: local store root %q is not writable: %w", root, err)
 	}
 	f.Close()
 	return os.Remove(f.Name())
-}
-
-// createTemp creates a new file under dir, named prefix and random hex.
-func createTemp(dir, prefix string) (*os.File, error) {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	name := filepath.Join(dir, prefix+hex.EncodeToString(b[:]))
-	return os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR|openFlags, 0o600)
 }
 
 // openLocalStore serves Open("file:/path/dir"). It accepts "file:/dir" and
@@ -296,7 +288,7 @@ func (s *LocalStore) acquireLocked(key string, h *localLock, seen uint64) (Grant
 		// The first grant of a new file: the file's name must be as
 		// durable as the grant, or a power loss could bring back a key
 		// never written, and epoch 1 again (R2).
-		err = syncDir(s.root)
+		err = localfs.SyncDir(s.root)
 	}
 	if err != nil {
 		// Whether the write landed is unknown; giving the flock back is a
@@ -381,7 +373,7 @@ func (s *LocalStore) release(ctx context.Context, g Grant) error {
 }
 
 // Holder returns the record of key's live holder: an unreleased record
-// whose flock is taken. It is ErrNotFound when the key was never written,
+// whose flock is taken, in the file the key's path names now. It is ErrNotFound when the key was never written,
 // is released, or its holder died. It creates and locks nothing.
 func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 	unlock, err := s.begin(ctx, key)
@@ -394,11 +386,13 @@ func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 		if err != nil {
 			return Record{}, s.storageErr("holder", key, err)
 		}
-		if names(rec, h.grant) {
+		// The descriptor may be open on a file that no longer is the
+		// key's: then the path, not this store, knows the holder.
+		if names(rec, h.grant) && s.stillLinked(key, h) {
 			return *rec, nil
 		}
 	}
-	rec, err := s.liveRecord(key, s.flockView())
+	rec, err := s.liveRecord(key, s.flocks.View(s.root))
 	switch {
 	case err != nil:
 		return Record{}, s.storageErr("holder", key, err)
@@ -411,8 +405,8 @@ func (s *LocalStore) Holder(ctx context.Context, key string) (Record, error) {
 // liveRecord reads key's record without locking anything and returns it
 // if it names a live holder: unreleased, and its file flocked by someone
 // (view tells). It returns nil when nobody holds key.
-func (s *LocalStore) liveRecord(key string, view *flockView) (*Record, error) {
-	f, id, err := openLockFile(s.lockPath(key), os.O_RDONLY)
+func (s *LocalStore) liveRecord(key string, view *localfs.FlockView) (*Record, error) {
+	f, id, err := localfs.OpenLockFile(s.lockPath(key), os.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -424,7 +418,7 @@ func (s *LocalStore) liveRecord(key string, view *flockView) (*Record, error) {
 	if err != nil || rec == nil || rec.Released {
 		return nil, err
 	}
-	locked, err := view.locked(f, id)
+	locked, err := view.Locked(f, id)
 	if err != nil || !locked {
 		return nil, err
 	}
@@ -494,7 +488,7 @@ func (s *LocalStore) Close() error {
 		f.Close()
 	}
 	if w != nil {
-		w.stop()
+		w.Stop()
 	}
 	s.losses.close() // after the watch: nothing adds losses any more
 	return errors.Join(errs...)

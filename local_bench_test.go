@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // BenchmarkLocal measures the local store beside its floor, in the same
@@ -46,7 +48,7 @@ func benchInterleaved(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	if err := f.Truncate(recFileLen); err != nil {
+	if err := f.Truncate(localfs.FileLen); err != nil {
 		b.Fatal(err)
 	}
 	s, err := NewLocalStore(dir, WithOwner("bench"))
@@ -54,17 +56,17 @@ func benchInterleaved(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	slot := encodeSlot(1, Record{Key: "k", Owner: "floor", Epoch: 1})
+	slot := localfs.EncodeSlot(1, localfs.Record{Key: "k", Owner: "floor", Epoch: 1})
 	fd := int(f.Fd())
 	floorCycle := func() error {
 		if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 			return err
 		}
-		for _, off := range []int64{0, slotStride} {
+		for _, off := range []int64{0, localfs.SlotStride} {
 			if _, err := f.WriteAt(slot, off); err != nil {
 				return err
 			}
-			if err := datasync(f); err != nil {
+			if err := localfs.Datasync(f); err != nil {
 				return err
 			}
 		}
@@ -110,16 +112,16 @@ func benchFloor(b *testing.B, timeAcquire, timeRelease bool) {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	if err := f.Truncate(recFileLen); err != nil {
+	if err := f.Truncate(localfs.FileLen); err != nil {
 		b.Fatal(err)
 	}
 	fd := int(f.Fd())
-	slot := encodeSlot(1, Record{Key: "k", Owner: "floor", Epoch: 1})
+	slot := localfs.EncodeSlot(1, localfs.Record{Key: "k", Owner: "floor", Epoch: 1})
 	write := func(off int64) {
 		if _, err := f.WriteAt(slot, off); err != nil {
 			b.Fatal(err)
 		}
-		if err := datasync(f); err != nil {
+		if err := localfs.Datasync(f); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -148,7 +150,7 @@ func benchFloor(b *testing.B, timeAcquire, timeRelease bool) {
 		if !timeRelease {
 			b.StopTimer()
 		}
-		write(slotStride)
+		write(localfs.SlotStride)
 		flockOp(syscall.LOCK_UN)
 		if !timeRelease {
 			b.StartTimer()

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // TestLocalConcurrentRootCreation: stores created at the same instant on a
@@ -102,7 +104,7 @@ func TestLocalLockFileNeverEmpty(t *testing.T) {
 				if filepath.Ext(e.Name()) != ".lock" {
 					continue
 				}
-				if fi, err := os.Stat(filepath.Join(root, e.Name())); err == nil && fi.Size() != recFileLen {
+				if fi, err := os.Stat(filepath.Join(root, e.Name())); err == nil && fi.Size() != localfs.FileLen {
 					select {
 					case bad <- fmt.Sprintf("%s is %d bytes", e.Name(), fi.Size()):
 					default:

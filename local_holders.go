@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // localListChunk is how many directory entries Holders reads at once.
@@ -36,7 +38,7 @@ func (s *LocalStore) Holders(ctx context.Context, prefix string) iter.Seq2[Recor
 			return
 		}
 		slices.Sort(keys)
-		view := s.flockView()
+		view := s.flocks.View(s.root)
 		for _, key := range keys {
 			if err := s.usable(ctx); err != nil {
 				yield(Record{}, err)
@@ -105,7 +107,7 @@ func (s *LocalStore) heldKeys(ctx context.Context, prefix string, yield func(Rec
 // key, and checks that the file is the one its key names. It returns nil
 // for a file that holds only its absent marker, or that vanished.
 func (s *LocalStore) readLockFile(name string) (*Record, error) {
-	f, _, err := openLockFile(filepath.Join(s.root, name), os.O_RDONLY)
+	f, _, err := localfs.OpenLockFile(filepath.Join(s.root, name), os.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -113,23 +115,23 @@ func (s *LocalStore) readLockFile(name string) (*Record, error) {
 		return nil, lockFileErr(err)
 	}
 	defer f.Close()
-	buf := make([]byte, recFileLen+1)
-	n, err := preadOnce(f, buf)
+	file, err := localfs.ReadWhole(f)
 	if err != nil {
-		return nil, corrupt("cannot read lock file: %w", err)
+		return nil, corruptErr(err)
 	}
-	if n != recFileLen {
-		return nil, corrupt("lock file is %d bytes, want %d", n, recFileLen)
-	}
-	key, err := slotKey(buf[:recFileLen])
+	key, err := localfs.SlotKey(file)
 	if err != nil {
-		return nil, err
+		return nil, corruptErr(err)
 	}
 	if ValidateKey(key) != nil || lockName(key) != name {
 		return nil, corrupt("record for key %q stored under %s", key, name)
 	}
-	rec, _, err := parseRecord(buf[:recFileLen], key)
-	return rec, err
+	rec, seq, err := localfs.ParseRecord(file, key)
+	if err != nil || rec == nil {
+		return nil, corruptErr(err)
+	}
+	r, _, err := checkedRecord(*rec, key, seq)
+	return r, err
 }
 
 // isLockName reports whether name is a lock file's: 64 hex digits, ".lock".

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // BenchmarkLocalMany measures ReleaseAll and Holders over n held keys
@@ -32,7 +34,7 @@ func BenchmarkLocalMany(b *testing.B) {
 // fdatasyncs and unlocks each, workers at a time.
 func benchFloorRelease(b *testing.B, n, workers int) {
 	dir := b.TempDir()
-	slot := encodeSlot(2, Record{Key: "k", Owner: "floor", Epoch: 1, Released: true})
+	slot := localfs.EncodeSlot(2, localfs.Record{Key: "k", Owner: "floor", Epoch: 1, Released: true})
 	files := make([]*os.File, n)
 	for range b.N {
 		b.StopTimer()
@@ -52,10 +54,10 @@ func benchFloorRelease(b *testing.B, n, workers int) {
 		for range workers {
 			wg.Go(func() {
 				for f := range next {
-					if _, err := f.WriteAt(slot, slotStride); err != nil {
+					if _, err := f.WriteAt(slot, localfs.SlotStride); err != nil {
 						b.Error(err)
 					}
-					if err := datasync(f); err != nil {
+					if err := localfs.Datasync(f); err != nil {
 						b.Error(err)
 					}
 					syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
@@ -118,7 +120,7 @@ func benchFloorList(b *testing.B, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	buf := make([]byte, recFileLen+1)
+	buf := make([]byte, localfs.FileLen+1)
 	b.ResetTimer()
 	for range b.N {
 		for _, e := range ents {
@@ -126,10 +128,10 @@ func benchFloorList(b *testing.B, n int) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			preadOnce(f, buf)
+			localfs.PreadOnce(f, buf)
 			f.Close()
 		}
-		if _, err := readProcLocks(); err != nil {
+		if _, err := localfs.ReadProcLocks(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -76,6 +76,9 @@ func TestLocalNotInherited(t *testing.T) {
 //	open ROOT        NewLocalStore(ROOT) and Close → "RESULT ok" | "RESULT err <text>"
 //	emfile ROOT      lower the descriptor limit, then acquire keys on ROOT
 //	                 until one fails → "RESULT err <emfile?> <text>"
+//	readonly ROOT    open a store on ROOT, lose the right to write there,
+//	                 then Acquire and Hold a new key → "RESULT <acquire's
+//	                 error>\t<Hold's error>" (see acquireInReadOnlyRoot)
 const childEnvLocal = "LEASE_TEST_LOCAL_CHILD"
 
 // TestLocalChild is the local child's entry point; run directly it does nothing.
@@ -100,6 +103,8 @@ func TestLocalChild(t *testing.T) {
 			}
 		case "emfile":
 			fmt.Printf("RESULT %s\n", acquireUntilNoDescriptors(arg))
+		case "readonly":
+			fmt.Printf("RESULT %s\n", acquireInReadOnlyRoot(arg))
 		default:
 			t.Fatalf("unknown command %q", sc.Text())
 		}

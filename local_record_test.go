@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // TestLocalFailClosed: a record that cannot be read or parsed is refused
@@ -31,14 +33,14 @@ func TestLocalFailClosed(t *testing.T) {
 			}
 		}
 		b, err := os.ReadFile(s.lockPath(key))
-		if err != nil || len(b) != recFileLen {
+		if err != nil || len(b) != localfs.FileLen {
 			t.Fatalf("lock file: %d bytes, %v", len(b), err)
 		}
 		return b
 	}
 	slot := func(seq uint64, r Record) []byte {
-		b := make([]byte, recFileLen)
-		copy(b[slotOffset(seq):], encodeSlot(seq, r))
+		b := make([]byte, localfs.FileLen)
+		copy(b[localfs.SlotOffset(seq):], localfs.EncodeSlot(seq, toSlot(r)))
 		return b
 	}
 	cases := []struct {
@@ -48,16 +50,16 @@ func TestLocalFailClosed(t *testing.T) {
 	}{
 		{"emptied", func(g []byte) []byte { return g[:0] }, ErrCorrupt},
 		{"truncated to one byte", func(g []byte) []byte { return g[:1] }, ErrCorrupt},
-		{"truncated mid slot", func(g []byte) []byte { return g[:slotLen/2] }, ErrCorrupt},
-		{"truncated after slot 0", func(g []byte) []byte { return g[:slotStride] }, ErrCorrupt},
-		{"truncated by one byte", func(g []byte) []byte { return g[:recFileLen-1] }, ErrCorrupt},
+		{"truncated mid slot", func(g []byte) []byte { return g[:localfs.SlotLen/2] }, ErrCorrupt},
+		{"truncated after slot 0", func(g []byte) []byte { return g[:localfs.SlotStride] }, ErrCorrupt},
+		{"truncated by one byte", func(g []byte) []byte { return g[:localfs.FileLen-1] }, ErrCorrupt},
 		{"one byte too long", func(g []byte) []byte { return append(g, 0) }, ErrCorrupt},
-		{"garbage bytes", func(g []byte) []byte { return bytes.Repeat([]byte("garbage!"), recFileLen/8) }, ErrCorrupt},
-		{"zeros", func(g []byte) []byte { return make([]byte, recFileLen) }, ErrCorrupt},
+		{"garbage bytes", func(g []byte) []byte { return bytes.Repeat([]byte("garbage!"), localfs.FileLen/8) }, ErrCorrupt},
+		{"zeros", func(g []byte) []byte { return make([]byte, localfs.FileLen) }, ErrCorrupt},
 		{"both slots flipped", func(g []byte) []byte {
 			b := bytes.Clone(g)
 			b[30] ^= 1
-			b[slotStride+30] ^= 1
+			b[localfs.SlotStride+30] ^= 1
 			return b
 		}, ErrCorrupt},
 		{"record for another key", func(g []byte) []byte {
@@ -69,7 +71,7 @@ func TestLocalFailClosed(t *testing.T) {
 		}, ErrCorrupt},
 		{"slots not consecutive", func(g []byte) []byte {
 			b := slot(1, Record{Key: key, Owner: "x", Epoch: 1, Released: true})
-			copy(b[slotStride:], encodeSlot(4, Record{Key: key, Owner: "x", Epoch: 2, Released: true}))
+			copy(b[localfs.SlotStride:], localfs.EncodeSlot(4, localfs.Record{Key: key, Owner: "x", Epoch: 2, Released: true}))
 			return b
 		}, ErrCorrupt},
 		{"released epoch at MaxUint64", func(g []byte) []byte {
@@ -231,7 +233,7 @@ func TestLocalReleaseWriteFails(t *testing.T) {
 	}
 }
 
-// TestLocalTornWrites checks the argument in localrecord.go: whatever part
+// TestLocalTornWrites checks the argument in internal/localfs/record.go: whatever part
 // of write n+1 reached the disk, the record reads as write n or n+1 (R2).
 func TestLocalTornWrites(t *testing.T) {
 	const key = "k"
@@ -253,17 +255,17 @@ func TestLocalTornWrites(t *testing.T) {
 	for i := 1; i < len(states); i++ {
 		seq := uint64(i + 1)
 		before, _ := os.ReadFile(f.Name())
-		newSlot := encodeSlot(seq, states[i])
-		off := int(slotOffset(seq))
+		newSlot := localfs.EncodeSlot(seq, toSlot(states[i]))
+		off := int(localfs.SlotOffset(seq))
 		// A torn write: the first cut bytes are new, the rest old; and
 		// the other way round (devices do not promise an order).
-		for cut := 0; cut <= slotLen; cut += 8 {
+		for cut := 0; cut <= localfs.SlotLen; cut += 8 {
 			for _, newFirst := range []bool{true, false} {
 				img := bytes.Clone(before)
 				if newFirst {
 					copy(img[off:off+cut], newSlot[:cut])
 				} else {
-					copy(img[off+cut:off+slotLen], newSlot[cut:])
+					copy(img[off+cut:off+localfs.SlotLen], newSlot[cut:])
 				}
 				if err := f.Truncate(0); err != nil {
 					t.Fatal(err)
@@ -305,8 +307,8 @@ func TestLocalNewFile(t *testing.T) {
 	if err := s.createLockFile("k"); err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(s.lockPath("k")); err != nil || fi.Size() != recFileLen {
-		t.Fatalf("a new lock file: %v, %v; want %d bytes", fi, err, recFileLen)
+	if fi, err := os.Stat(s.lockPath("k")); err != nil || fi.Size() != localfs.FileLen {
+		t.Fatalf("a new lock file: %v, %v; want %d bytes", fi, err, localfs.FileLen)
 	}
 	if _, err := s.Holder(ctx, "k"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Holder of a new file = %v; want ErrNotFound", err)
@@ -325,9 +327,9 @@ func TestLocalNewFile(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bad := make([]byte, recFileLen)
-	copy(bad, encodeSlot(3, absentRecord("k")))
-	copy(bad[slotStride:], encodeSlot(2, Record{Key: "k", Owner: "a", Epoch: 1, Released: true}))
+	bad := make([]byte, localfs.FileLen)
+	copy(bad, localfs.EncodeSlot(3, localfs.AbsentRecord("k")))
+	copy(bad[localfs.SlotStride:], localfs.EncodeSlot(2, localfs.Record{Key: "k", Owner: "a", Epoch: 1, Released: true}))
 	if err := os.WriteFile(s.lockPath("k"), bad, 0o600); err != nil {
 		t.Fatal(err)
 	}

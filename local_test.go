@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // newLocal returns a LocalStore on root that the test closes at its end.
@@ -388,7 +390,7 @@ func TestLocalInodeCheck(t *testing.T) {
 	if err := os.Link(path, link); err != nil {
 		t.Fatal(err)
 	}
-	id := func(get func() (fileID, error)) fileID {
+	id := func(get func() (localfs.FileID, error)) localfs.FileID {
 		t.Helper()
 		v, err := get()
 		if err != nil {
@@ -396,11 +398,11 @@ func TestLocalInodeCheck(t *testing.T) {
 		}
 		return v
 	}
-	byFD := id(func() (fileID, error) { return fileIDOf(f) })
-	if !byFD.same(id(func() (fileID, error) { return pathID(path) })) {
+	byFD := id(func() (localfs.FileID, error) { return localfs.IDOf(f) })
+	if !byFD.Same(id(func() (localfs.FileID, error) { return localfs.PathID(path) })) {
 		t.Fatal("a descriptor and its path name different inodes")
 	}
-	if !byFD.same(id(func() (fileID, error) { return pathID(link) })) {
+	if !byFD.Same(id(func() (localfs.FileID, error) { return localfs.PathID(link) })) {
 		t.Fatal("a hard link names a different inode")
 	}
 	if err := os.Remove(path); err != nil {
@@ -409,7 +411,7 @@ func TestLocalInodeCheck(t *testing.T) {
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if byFD.same(id(func() (fileID, error) { return pathID(path) })) {
+	if byFD.Same(id(func() (localfs.FileID, error) { return localfs.PathID(path) })) {
 		t.Fatal("a replaced file has the old inode")
 	}
 }

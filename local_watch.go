@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // watchRelease calls wake (which never blocks) each time key's lock may
@@ -25,6 +27,8 @@ import (
 // loop, a try on a watched key keeps its descriptor open for the next try
 // instead of closing it (takeSpare, keepSpare). A lock file created,
 // deleted or moved also wakes its waiters: a file replaced is a free one.
+// The watch follows the root's path when its directory is moved away or
+// deleted (localfs.Watch), and wakes every waiter then.
 func (s *LocalStore) watchRelease(key string, wake func()) (stop func(), err error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
@@ -36,14 +40,14 @@ func (s *LocalStore) watchRelease(key string, wake func()) (stop func(), err err
 		return nil, ErrClosed
 	}
 	if s.watch == nil {
-		w, err := startWatch(s.root)
+		w, err := localfs.StartWatch(s.root)
 		if err != nil {
 			return nil, err
 		}
 		s.watch = w
 	}
 	w := s.watch
-	e := w.add(name, wake)
+	e := w.Add(name, wake)
 	s.watched[key]++
 	var once sync.Once
 	return func() { once.Do(func() { s.unwatch(key, w, name, e) }) }, nil
@@ -52,13 +56,13 @@ func (s *LocalStore) watchRelease(key string, wake func()) (stop func(), err err
 // unwatch ends one watchRelease: it drops the key's kept descriptor once
 // nobody watches the key, and the inotify instance once nobody watches
 // anything.
-func (s *LocalStore) unwatch(key string, w *localWatch, name string, e *watchEntry) {
+func (s *LocalStore) unwatch(key string, w *localfs.Watch, name string, e *localfs.Waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.watch != w { // Close ended the watch already
 		return
 	}
-	empty := w.remove(name, e)
+	empty := w.Remove(name, e)
 	if s.watched[key]--; s.watched[key] <= 0 {
 		delete(s.watched, key)
 		if f := s.spare[key]; f != nil {
@@ -68,29 +72,29 @@ func (s *LocalStore) unwatch(key string, w *localWatch, name string, e *watchEnt
 	}
 	if empty {
 		s.watch = nil
-		w.stop() // the reader never takes s.mu, so waiting for it here is safe
+		w.Stop() // the reader never takes s.mu, so waiting for it here is safe
 	}
 }
 
 // takeSpare returns the descriptor a refused try on a watched key kept, if
 // it is still open on the file at key's path; nil otherwise.
-func (s *LocalStore) takeSpare(key string) (*os.File, fileID) {
+func (s *LocalStore) takeSpare(key string) (*os.File, localfs.FileID) {
 	s.mu.Lock()
 	f := s.spare[key]
 	delete(s.spare, key)
 	s.mu.Unlock()
 	if f == nil {
-		return nil, fileID{}
+		return nil, localfs.FileID{}
 	}
-	id, err := fileIDOf(f)
+	id, err := localfs.IDOf(f)
 	if err == nil {
-		var now fileID
-		if now, err = pathID(filepath.Join(s.root, lockName(key))); err == nil && now.same(id) {
+		var now localfs.FileID
+		if now, err = localfs.PathID(filepath.Join(s.root, lockName(key))); err == nil && now.Same(id) {
 			return f, id
 		}
 	}
 	f.Close() // the file was replaced: open the new one
-	return nil, fileID{}
+	return nil, localfs.FileID{}
 }
 
 // keepSpare keeps a refused try's descriptor for the next try while key is
@@ -122,7 +126,7 @@ func (s *LocalStore) keepSpare(key string, f *os.File) {
 // nothing ends the Held at once: the next Renew, Confirm or Release of g
 // finds the file replaced (confirm, stillLinked) and reports ErrLost.
 func (s *LocalStore) watchHeld(g Grant) {
-	if !watchSupported {
+	if !localfs.WatchSupported {
 		return
 	}
 	s.mu.Lock()
@@ -132,7 +136,7 @@ func (s *LocalStore) watchHeld(g Grant) {
 		return // given up already, or watched
 	}
 	if s.watch == nil {
-		w, err := startWatch(s.root)
+		w, err := localfs.StartWatch(s.root)
 		if err != nil {
 			s.mu.Unlock()
 			s.unwatchedOnce.Do(func() {
@@ -148,7 +152,7 @@ func (s *LocalStore) watchHeld(g Grant) {
 			s.losses.add(heldLoss{g: g, h: h})
 		}
 	}
-	h.watch = s.watch.addHeld(lockName(g.Key), check)
+	h.watch = s.watch.AddHeld(lockName(g.Key), check)
 	s.mu.Unlock()
 	check() // the file may have gone before the watch began
 }
@@ -160,11 +164,11 @@ func (s *LocalStore) unwatchHeldLocked(key string, h *localLock) {
 	if h.watch == nil || w == nil { // not watched, or Close ended the watch
 		return
 	}
-	empty := w.removeHeld(lockName(key), h.watch)
+	empty := w.RemoveHeld(lockName(key), h.watch)
 	h.watch = nil
 	if empty {
 		s.watch = nil
-		w.stop()
+		w.Stop()
 	}
 }
 

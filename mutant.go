@@ -15,8 +15,6 @@ const (
 	mutantOnePending        = "one_pending"         // R9: remember only the newest unsettled write (answered)
 	mutantCorruptAbsent     = "corrupt_absent"      // R10: read a corrupt record as no record (readResult)
 	mutantSkipInode         = "skip_inode"          // local: skip the re-check that the path still names the locked inode (stillLinked)
-	mutantEmptyAbsent       = "empty_absent"        // local: read an empty lock file as a key never written (readRecord)
-	mutantHeldUnwatched     = "held_unwatched"      // local: ignore the events that show a Held's lock file deleted, moved or replaced (checkHeld)
 	mutantNoDeadline        = "no_deadline"         // Hold: never end a held lease at its deadline (expireLocked, nextWakeLocked)
 	mutantBatchRenewExpired = "batch_renew_expired" // R6, R12: a batched renewal renews a grant whose record has expired (renewMany)
 	mutantBatchForgetsTable = "batch_forgets_table" // R4c, R12: a batched acquire ignores the grants this store holds (decideMany)

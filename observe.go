@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // This file holds what a store tells an Observer (WithObserver): the
@@ -440,14 +442,14 @@ func (s *LocalStore) writeRecord(f *os.File, seq uint64, rec Record) error {
 
 func (s *LocalStore) flockTry(key string, f *os.File) (bool, error) {
 	start := s.obs.start()
-	locked, err := flockTry(f)
+	locked, err := localfs.FlockTry(f)
 	s.obs.storage(OpLock, key, 1, start, err)
 	return locked, err
 }
 
 func (s *LocalStore) flockUnlock(key string, f *os.File) error {
 	start := s.obs.start()
-	err := flockUnlock(f)
+	err := localfs.FlockUnlock(f)
 	s.obs.storage(OpUnlock, key, 1, start, err)
 	return err
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package lease
+package localfs
 
 import (
 	"errors"
@@ -14,15 +14,15 @@ import (
 // O_NOFOLLOW: a symlink planted under the root must not redirect the store.
 const openFlags = syscall.O_CLOEXEC | syscall.O_NOFOLLOW
 
-// localSupported reports whether the local store can run here.
-func localSupported() error { return nil }
+// Supported reports whether the local store can run here.
+func Supported() error { return nil }
 
-// openLockFile opens an existing lock file (flag: O_RDONLY or O_RDWR; it
+// OpenLockFile opens an existing lock file (flag: O_RDONLY or O_RDWR; it
 // never creates one) and returns it with the inode it is open on. The open
 // never blocks (O_NONBLOCK: a FIFO planted at the path would otherwise
 // wait for a writer), and anything but a regular file is refused as
-// ErrCorrupt, untouched (R10).
-func openLockFile(path string, flag int) (*os.File, fileID, error) {
+// a CorruptError, untouched (R10).
+func OpenLockFile(path string, flag int) (*os.File, FileID, error) {
 	var fd int
 	var err error
 	for {
@@ -32,14 +32,14 @@ func openLockFile(path string, flag int) (*os.File, fileID, error) {
 		}
 	}
 	if err != nil {
-		return nil, fileID{}, &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, FileID{}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	// Blocking again, so that os.NewFile does not try the descriptor with
 	// the runtime's poller (three more system calls that fail on a regular
 	// file anyway). Reads and writes of a regular file never wait for a peer.
 	if err := syscall.SetNonblock(fd, false); err != nil {
 		syscall.Close(fd)
-		return nil, fileID{}, &os.PathError{Op: "fcntl", Path: path, Err: err}
+		return nil, FileID{}, &os.PathError{Op: "fcntl", Path: path, Err: err}
 	}
 	f := os.NewFile(uintptr(fd), path)
 	id, regular, err := lockFileID(f)
@@ -48,14 +48,14 @@ func openLockFile(path string, flag int) (*os.File, fileID, error) {
 	}
 	if err != nil {
 		f.Close()
-		return nil, fileID{}, err
+		return nil, FileID{}, err
 	}
 	return f, id, nil
 }
 
-// flockTry takes f's exclusive flock without waiting; false when another
+// FlockTry takes f's exclusive flock without waiting; false when another
 // open file holds it.
-func flockTry(f *os.File) (bool, error) {
+func FlockTry(f *os.File) (bool, error) {
 	err := flockOp(f, syscall.LOCK_EX|syscall.LOCK_NB)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
 		return false, nil
@@ -63,8 +63,8 @@ func flockTry(f *os.File) (bool, error) {
 	return err == nil, err
 }
 
-// flockUnlock gives up f's flock.
-func flockUnlock(f *os.File) error { return flockOp(f, syscall.LOCK_UN) }
+// FlockUnlock gives up f's flock.
+func FlockUnlock(f *os.File) error { return flockOp(f, syscall.LOCK_UN) }
 
 func flockOp(f *os.File, how int) error {
 	rc, err := f.SyscallConn()
@@ -88,8 +88,8 @@ func flockOp(f *os.File, how int) error {
 	return nil
 }
 
-// syncDir makes dir's entries durable.
-func syncDir(dir string) error {
+// SyncDir makes dir's entries durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -98,10 +98,10 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// preadOnce reads from offset 0 with one pread(2). Unlike ReadAt it does
+// PreadOnce reads from offset 0 with one pread(2). Unlike ReadAt it does
 // not call again to learn that a short read was the end of the file: a
 // regular file this small is read whole by one call.
-func preadOnce(f *os.File, buf []byte) (n int, err error) {
+func PreadOnce(f *os.File, buf []byte) (n int, err error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return 0, err

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package lease
+package localfs
 
 import (
 	"errors"
@@ -21,5 +21,5 @@ func flockProbe(f *os.File) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return false, flockUnlock(f)
+	return false, FlockUnlock(f)
 }

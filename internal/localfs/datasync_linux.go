@@ -1,13 +1,13 @@
-package lease
+package localfs
 
 import (
 	"os"
 	"syscall"
 )
 
-// datasync makes f's data durable with fdatasync(2): one flush of the data
+// Datasync makes f's data durable with fdatasync(2): one flush of the data
 // and of only the metadata needed to read it back.
-func datasync(f *os.File) error {
+func Datasync(f *os.File) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package lease
+package localfs
 
 import (
 	"bytes"
@@ -6,11 +6,12 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// flockView tells whether a lock file is flocked by anyone, without
+// FlockView tells whether a lock file is flocked by anyone, without
 // locking it (R14: Holder and Holders lock nothing another store could
 // notice; a probe that took the flock for an instant would make a racing
 // Acquire of a dead holder's key see it taken, R4f). Linux lists every
@@ -29,8 +30,8 @@ import (
 // namespace (another container sharing the root) are not listed, so Holder
 // reports such holders as not live. Acquire is not affected: it takes the
 // flock itself.
-type flockView struct {
-	ids   map[fileID]struct{}
+type FlockView struct {
+	ids   map[FileID]struct{}
 	reads int
 	dev   devMap
 }
@@ -39,17 +40,26 @@ type flockView struct {
 // /proc/locks shows; the zero devMap maps nothing.
 type devMap struct{ stat, locks uint64 }
 
-func (m devMap) of(id fileID) fileID {
+func (m devMap) of(id FileID) FileID {
 	if m.stat != m.locks && id.dev == m.stat {
 		id.dev = m.locks
 	}
 	return id
 }
 
-// flockView returns a view for one Holder or Holders call.
-func (s *LocalStore) flockView() *flockView {
-	s.lockDevOnce.Do(func() { s.lockDev = learnLockDev(s.root) })
-	return &flockView{dev: s.lockDev}
+// Flocks makes the FlockViews of one root: it learns how /proc/locks
+// names the root's device once, at the first view. The zero Flocks is
+// ready to use.
+type Flocks struct {
+	once sync.Once
+	dev  devMap
+}
+
+// View returns a view of the flocks on files in root, for one Holder or
+// Holders call.
+func (l *Flocks) View(root string) *FlockView {
+	l.once.Do(func() { l.dev = learnLockDev(root) })
+	return &FlockView{dev: l.dev}
 }
 
 // learnLockDev finds how /proc/locks names the device of files in root: it
@@ -68,7 +78,7 @@ func learnLockDev(root string) devMap {
 		unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_INO, &sx) != nil {
 		return devMap{}
 	}
-	data, err := readProcLocks()
+	data, err := ReadProcLocks()
 	if err != nil {
 		return devMap{}
 	}
@@ -88,8 +98,8 @@ func learnLockDev(root string) devMap {
 // maxFlockReads is how many readings of /proc/locks a view makes at most.
 const maxFlockReads = 2
 
-// locked reports whether the file f, open on inode id, is flocked.
-func (v *flockView) locked(f *os.File, id fileID) (bool, error) {
+// Locked reports whether the file f, open on inode id, is flocked.
+func (v *FlockView) Locked(f *os.File, id FileID) (bool, error) {
 	id = v.dev.of(id)
 	for {
 		if _, ok := v.ids[id]; ok {
@@ -105,14 +115,14 @@ func (v *flockView) locked(f *os.File, id fileID) (bool, error) {
 }
 
 // read adds the files flocked now to v.
-func (v *flockView) read() error {
+func (v *FlockView) read() error {
 	v.reads++
-	data, err := readProcLocks()
+	data, err := ReadProcLocks()
 	if err != nil {
 		return err
 	}
 	if v.ids == nil {
-		v.ids = make(map[fileID]struct{})
+		v.ids = make(map[FileID]struct{})
 	}
 	for line := range bytes.Lines(data) {
 		if id, ok := parseFlockLine(line); ok {
@@ -122,8 +132,8 @@ func (v *flockView) read() error {
 	return nil
 }
 
-// readProcLocks reads /proc/locks whole, with few read calls.
-func readProcLocks() ([]byte, error) {
+// ReadProcLocks reads /proc/locks whole, with few read calls.
+func ReadProcLocks() ([]byte, error) {
 	f, err := os.Open("/proc/locks")
 	if err != nil {
 		return nil, err
@@ -152,20 +162,20 @@ func readProcLocks() ([]byte, error) {
 // and returns the file of a granted flock (not a waiter's "->" line, not a
 // POSIX lock or a lease). The device is major:minor in hex, the inode
 // decimal.
-func parseFlockLine(line []byte) (fileID, bool) {
+func parseFlockLine(line []byte) (FileID, bool) {
 	f := bytes.Fields(line)
 	if len(f) < 6 || string(f[1]) != "FLOCK" {
-		return fileID{}, false
+		return FileID{}, false
 	}
 	parts := bytes.Split(f[5], []byte(":"))
 	if len(parts) != 3 {
-		return fileID{}, false
+		return FileID{}, false
 	}
 	major, err1 := strconv.ParseUint(string(parts[0]), 16, 32)
 	minor, err2 := strconv.ParseUint(string(parts[1]), 16, 32)
 	ino, err3 := strconv.ParseUint(string(parts[2]), 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
-		return fileID{}, false
+		return FileID{}, false
 	}
-	return fileID{dev: unix.Mkdev(uint32(major), uint32(minor)), ino: ino}, true
+	return FileID{dev: unix.Mkdev(uint32(major), uint32(minor)), ino: ino}, true
 }

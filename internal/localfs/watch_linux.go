@@ -1,4 +1,4 @@
-package lease
+package localfs
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,29 +18,48 @@ import (
 // a waiter woken at once may still find the flock taken.
 const localRewake = 5 * time.Millisecond
 
-// watchSupported tells that the store can watch its root here.
-const watchSupported = true
+// Bounds on how often the watch looks for a root that went away: a new
+// directory at its path is watched within localFollowMax of appearing.
+const (
+	localFollowMin = 10 * time.Millisecond
+	localFollowMax = time.Second
+)
 
-// localWatch is a store's inotify instance on its root: the waiters it
+// WatchSupported tells that the store can watch its root here.
+const WatchSupported = true
+
+// Watch is a store's inotify instance on its root: the waiters it
 // wakes, and the lock files of the Helds it checks. One goroutine reads its
 // events until stop.
-type localWatch struct {
+//
+// The watch is on the directory at the root's path, not on the path: when
+// that directory is moved away or deleted, the watch follows the path
+// (follow) to the directory found there then, or looks for one every so
+// often while none is; each time it checks every Held and wakes every
+// waiter, since none of the old directory's events tell of the new one.
+type Watch struct {
+	root string
+	fd   int           // the inotify descriptor's number, for adding watches
 	f    *os.File      // the inotify descriptor, in the runtime's poller
 	done chan struct{} // closed when the reader has returned
+	wd   atomic.Int32  // the watch of the directory at the root's path; -1 while none
 
 	mu      sync.Mutex
-	byName  map[string]map[*watchEntry]struct{} // lock file name → its waiters
-	held    map[string]*heldEntry               // lock file name → the held flock to check
-	rewake  map[string]*time.Timer              // the second wake per name
+	byName  map[string]map[*Waiter]struct{} // lock file name → its waiters
+	held    map[string]*HeldCheck           // lock file name → the held flock to check
+	rewake  map[string]*time.Timer          // the second wake per name
+	retry   *time.Timer                     // the next look for a missing root
+	pause   time.Duration                   // the pause before the next such look
 	stopped bool
 }
 
-// watchEntry is one watchRelease call.
-type watchEntry struct{ wake func() }
+// Waiter is one registered wake (the store's watchRelease).
+type Waiter struct{ wake func() }
 
-// heldEntry is one watchHeld call: check looks whether the lock file's
-// name still names the locked file. It never blocks.
-type heldEntry struct{ check func() }
+// HeldCheck is one registered check (the store's watchHeld): check looks
+// whether the lock file's name still names the locked file. It never
+// blocks.
+type HeldCheck struct{ check func() }
 
 // watchMask is what the store's watch asks of the kernel about its root:
 // lock files closed after being open for writing (a holder released or
@@ -56,9 +76,9 @@ const nameChanged = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.
 // trusted: the root went away or moved, the watch ended, or events were lost.
 const rootChanged = unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_IGNORED | unix.IN_Q_OVERFLOW
 
-// startWatch watches root (watchMask), and starts the goroutine that reads
+// StartWatch watches root (watchMask), and starts the goroutine that reads
 // the events.
-func startWatch(root string) (*localWatch, error) {
+func StartWatch(root string) (*Watch, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err == unix.EMFILE {
 		// Usually the per-user limit on inotify instances, not descriptors.
@@ -67,45 +87,49 @@ func startWatch(root string) (*localWatch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: watching %s: %w", root, os.NewSyscallError("inotify_init1", err))
 	}
-	if _, err := unix.InotifyAddWatch(fd, root, watchMask); err != nil {
+	wd, err := unix.InotifyAddWatch(fd, root, watchMask)
+	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("lease: watching %s: %w", root, os.NewSyscallError("inotify_add_watch", err))
 	}
-	w := &localWatch{
+	w := &Watch{
+		root:   root,
+		fd:     fd,
 		f:      os.NewFile(uintptr(fd), "inotify:"+root),
 		done:   make(chan struct{}),
-		byName: make(map[string]map[*watchEntry]struct{}),
-		held:   make(map[string]*heldEntry),
+		byName: make(map[string]map[*Waiter]struct{}),
+		held:   make(map[string]*HeldCheck),
 		rewake: make(map[string]*time.Timer),
 	}
+	w.wd.Store(int32(wd))
 	go w.read()
 	return w, nil
 }
 
-// add registers wake for the lock file called name.
-func (w *localWatch) add(name string, wake func()) *watchEntry {
-	e := &watchEntry{wake: wake}
+// Add registers wake for the lock file called name.
+func (w *Watch) Add(name string, wake func()) *Waiter {
+	e := &Waiter{wake: wake}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.byName[name] == nil {
-		w.byName[name] = make(map[*watchEntry]struct{})
+		w.byName[name] = make(map[*Waiter]struct{})
 	}
 	w.byName[name][e] = struct{}{}
 	return e
 }
 
-// addHeld registers check for the lock file called name, whose flock the
+// AddHeld registers check for the lock file called name, whose flock the
 // store holds: one per name.
-func (w *localWatch) addHeld(name string, check func()) *heldEntry {
-	e := &heldEntry{check: check}
+func (w *Watch) AddHeld(name string, check func()) *HeldCheck {
+	e := &HeldCheck{check: check}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.held[name] = e
 	return e
 }
 
-// removeHeld drops e; empty reports whether nothing is left to watch.
-func (w *localWatch) removeHeld(name string, e *heldEntry) (empty bool) {
+// RemoveHeld drops e; empty reports whether nothing is left to watch.
+func (w *Watch) RemoveHeld(name string, e *HeldCheck) (empty bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.held[name] == e {
@@ -114,8 +138,8 @@ func (w *localWatch) removeHeld(name string, e *heldEntry) (empty bool) {
 	return len(w.byName) == 0 && len(w.held) == 0
 }
 
-// remove drops e; empty reports whether nothing is left to watch.
-func (w *localWatch) remove(name string, e *watchEntry) (empty bool) {
+// Remove drops e; empty reports whether nothing is left to watch.
+func (w *Watch) Remove(name string, e *Waiter) (empty bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.byName[name], e)
@@ -129,12 +153,15 @@ func (w *localWatch) remove(name string, e *watchEntry) (empty bool) {
 	return len(w.byName) == 0 && len(w.held) == 0
 }
 
-// stop ends the reader and closes the inotify descriptor.
-func (w *localWatch) stop() {
+// Stop ends the reader and closes the inotify descriptor.
+func (w *Watch) Stop() {
 	w.mu.Lock()
 	w.stopped = true
 	for _, t := range w.rewake {
 		t.Stop()
+	}
+	if w.retry != nil {
+		w.retry.Stop()
 	}
 	w.mu.Unlock()
 	w.f.Close() // ends the reader's Read
@@ -147,10 +174,11 @@ const inotifyEventLen = 16
 
 // read wakes the waiters of every lock file named by an event, and checks
 // the held lock file of a name created, deleted or moved. A change of the
-// root, a lost watch or lost events (queue overflow) check every held
-// lock file and wake everyone. Each event costs a map look-up, and a check
-// (one statx) only for a held name.
-func (w *localWatch) read() {
+// root, a lost watch or lost events (queue overflow) make the watch follow
+// the root's path, check every held lock file and wake everyone. Events of
+// a directory no longer at the path are ignored. Each event costs a map
+// look-up, and a check (one statx) only for a held name.
+func (w *Watch) read() {
 	defer close(w.done)
 	buf := make([]byte, 64*(inotifyEventLen+unix.NAME_MAX+1))
 	for {
@@ -159,6 +187,7 @@ func (w *localWatch) read() {
 			return // stop closed the descriptor
 		}
 		for ev := buf[:n]; len(ev) >= inotifyEventLen; {
+			wd := int32(binary.NativeEndian.Uint32(ev[0:]))
 			mask := binary.NativeEndian.Uint32(ev[4:])
 			nameLen := int(binary.NativeEndian.Uint32(ev[12:]))
 			if inotifyEventLen+nameLen > len(ev) {
@@ -167,7 +196,10 @@ func (w *localWatch) read() {
 			name := string(bytes.TrimRight(ev[inotifyEventLen:inotifyEventLen+nameLen], "\x00"))
 			ev = ev[inotifyEventLen+nameLen:]
 			switch {
+			case mask&unix.IN_Q_OVERFLOW == 0 && wd != w.wd.Load():
+				// the old root's, after the watch followed the path
 			case mask&rootChanged != 0:
+				w.follow()
 				w.checkAllHeld()
 				w.wakeAll()
 			case name != "":
@@ -180,8 +212,53 @@ func (w *localWatch) read() {
 	}
 }
 
+// follow watches the directory now at the root's path, in place of the
+// one watched so far (the same one, after lost events), and reports
+// whether it found one. While the path names no directory, it looks again
+// after a pause that grows to localFollowMax, and checks and wakes everyone
+// once it finds one (refollow).
+func (w *Watch) follow() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return false
+	}
+	old := w.wd.Load()
+	wd, err := unix.InotifyAddWatch(w.fd, w.root, watchMask)
+	if err != nil {
+		wd = -1
+	}
+	if old >= 0 && old != int32(wd) {
+		// The old directory's watch goes (it may have gone with the
+		// directory already: no matter), and so do its events.
+		unix.InotifyRmWatch(w.fd, uint32(old))
+	}
+	w.wd.Store(int32(wd))
+	if err == nil {
+		w.pause = 0
+		return true
+	}
+	w.pause = min(max(2*w.pause, localFollowMin), localFollowMax)
+	if w.retry == nil {
+		w.retry = time.AfterFunc(w.pause, w.refollow)
+	} else {
+		w.retry.Reset(w.pause)
+	}
+	return false
+}
+
+// refollow looks again for a root that went away; once it finds one, a
+// Held made there and a waiter for a key there are watched, so it checks
+// every Held and wakes every waiter.
+func (w *Watch) refollow() {
+	if w.follow() {
+		w.checkAllHeld()
+		w.wakeAll()
+	}
+}
+
 // checkHeld checks the held lock file called name, if there is one.
-func (w *localWatch) checkHeld(name string) {
+func (w *Watch) checkHeld(name string) {
 	if mutant == mutantHeldUnwatched {
 		return // leave a Held live when its lock file was replaced
 	}
@@ -197,7 +274,7 @@ func (w *localWatch) checkHeld(name string) {
 }
 
 // checkAllHeld checks every held lock file.
-func (w *localWatch) checkAllHeld() {
+func (w *Watch) checkAllHeld() {
 	if mutant == mutantHeldUnwatched {
 		return
 	}
@@ -217,7 +294,7 @@ func (w *localWatch) checkAllHeld() {
 
 // wakeName calls the waiters of name, outside the lock (a wake may end its
 // own watch). The first wake of an event arms the second (localRewake).
-func (w *localWatch) wakeName(name string, first bool) {
+func (w *Watch) wakeName(name string, first bool) {
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
@@ -241,7 +318,7 @@ func (w *localWatch) wakeName(name string, first bool) {
 }
 
 // wakeAll calls every waiter.
-func (w *localWatch) wakeAll() {
+func (w *Watch) wakeAll() {
 	w.mu.Lock()
 	names := make([]string, 0, len(w.byName))
 	for name := range w.byName {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package lease
+package localfs
 
 import (
 	"os"
@@ -10,10 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestLocalProcLocksLines: the /proc/locks reader takes granted flocks
+// TestProcLocksLines: the /proc/locks reader takes granted flocks
 // only, with the device in hex and the inode in decimal.
-func TestLocalProcLocksLines(t *testing.T) {
-	for line, want := range map[string]*fileID{
+func TestProcLocksLines(t *testing.T) {
+	for line, want := range map[string]*FileID{
 		"1: FLOCK  ADVISORY  WRITE 14066 fe:00:9977952 0 EOF\n":    {dev: unix.Mkdev(0xfe, 0), ino: 9977952},
 		"2: FLOCK  ADVISORY  WRITE 1 00:1b:3 0 EOF":                {dev: unix.Mkdev(0, 0x1b), ino: 3},
 		"3: -> FLOCK  ADVISORY  WRITE 14066 fe:00:9977952 0 EOF\n": nil, // a waiter holds nothing
@@ -36,12 +36,11 @@ func TestLocalProcLocksLines(t *testing.T) {
 	}
 }
 
-// TestLocalFlockView (R14): a view sees a flock another open file holds
-// and does not see a free file, without locking anything; the device
-// mapping is learnt from an unnamed file that leaves nothing in the root.
-func TestLocalFlockView(t *testing.T) {
+// TestFlockView (R14): a view sees a flock another open file holds and
+// does not see a free file, without locking anything; the device mapping
+// is learnt from an unnamed file that leaves nothing in the root.
+func TestFlockView(t *testing.T) {
 	root := t.TempDir()
-	s := newLocal(t, root, WithOwner("a"))
 	dm := learnLockDev(root)
 	if dm.stat == 0 && dm.locks == 0 {
 		t.Fatal("learnLockDev found no flock of its own in /proc/locks")
@@ -49,24 +48,34 @@ func TestLocalFlockView(t *testing.T) {
 	if ents, _ := os.ReadDir(root); len(ents) != 0 {
 		t.Fatalf("learning the device left %d entries in the root", len(ents))
 	}
-	mustAcquire(t, s, "held")
-	if err := s.createLockFile("free"); err != nil {
-		t.Fatal(err)
-	}
-	view := s.flockView()
-	for key, want := range map[string]bool{"held": true, "free": false} {
-		f, id, err := openLockFile(s.lockPath(key), os.O_RDONLY)
+	paths := map[string]bool{}
+	for _, held := range []bool{true, false} {
+		f, err := CreateTemp(root, "f-")
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := view.locked(f, id)
+		t.Cleanup(func() { f.Close() })
+		if held {
+			if ok, err := FlockTry(f); !ok || err != nil {
+				t.Fatalf("FlockTry = %v, %v", ok, err)
+			}
+		}
+		paths[f.Name()] = held
+	}
+	view := new(Flocks).View(root)
+	for path, want := range paths {
+		f, id, err := OpenLockFile(path, os.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := view.Locked(f, id)
 		f.Close()
 		if err != nil || got != want {
-			t.Fatalf("%s: locked = %v, %v; want %v", key, got, err, want)
+			t.Fatalf("%s: Locked = %v, %v; want %v", path, got, err, want)
 		}
 		// The view took no lock: the free file can still be locked.
 		if !want {
-			g, err := os.Open(s.lockPath(key))
+			g, err := os.Open(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +86,7 @@ func TestLocalFlockView(t *testing.T) {
 		}
 	}
 	m := devMap{stat: 1, locks: 2}
-	if got := m.of(fileID{dev: 1, ino: 9}); got != (fileID{dev: 2, ino: 9}) {
+	if got := m.of(FileID{dev: 1, ino: 9}); got != (FileID{dev: 2, ino: 9}) {
 		t.Fatalf("devMap.of = %+v", got)
 	}
 }

@@ -1,7 +1,8 @@
-package lease
+package localfs
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -9,8 +10,8 @@ import (
 
 // The record of a local key lives in its lock file, in two slots:
 //
-//	offset 0:    slot 0 (slotLen bytes)
-//	offset 4096: slot 1 (slotLen bytes)
+//	offset 0:    slot 0 (SlotLen bytes)
+//	offset 4096: slot 1 (SlotLen bytes)
 //
 // Write number n (n = 1, 2, …) goes to slot (n-1)%2, so each write
 // overwrites the older of the two records and never the newest one. A slot
@@ -46,14 +47,14 @@ import (
 // the store refuses and never overwrites. Files written by older versions,
 // whose write 1 is already a grant, read the same way.
 //
-// The reader also refuses a file of any size but recFileLen, two valid
+// The reader also refuses a file of any size but FileLen, two valid
 // slots whose write numbers are not consecutive, a newer slot whose epoch
 // is lower than the older one's, and an absent marker anywhere but write 1:
 // no crash leaves those.
 const (
-	slotLen    = 1024                  // bytes per slot; fits the longest key and owner
-	slotStride = 4096                  // offset of slot 1: the slots never share a page
-	recFileLen = slotStride + slotLen  // size of every lock file that has a record
+	SlotLen    = 1024                  // bytes per slot; fits the longest key and owner
+	SlotStride = 4096                  // offset of slot 1: the slots never share a page
+	FileLen    = SlotStride + SlotLen  // size of every lock file that has a record
 	slotHeader = 4 + 8 + 8 + 1 + 2 + 2 // magic, seq, epoch, flags, key and owner lengths
 	slotMagic  = "LKR1"
 	flagFreed  = 1 // the record is released
@@ -62,36 +63,45 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// encodeSlot lays out record rec as write number seq.
-func encodeSlot(seq uint64, rec Record) []byte {
-	b := make([]byte, slotLen)
+// Record is a key's record as a slot holds it: lease.Record without the
+// expiry, which local grants do not have.
+type Record struct {
+	Key      string
+	Owner    string
+	Epoch    uint64
+	Released bool
+}
+
+// EncodeSlot lays out record rec as write number seq.
+func EncodeSlot(seq uint64, rec Record) []byte {
+	b := make([]byte, SlotLen)
 	copy(b, slotMagic)
 	binary.BigEndian.PutUint64(b[4:], seq)
 	binary.BigEndian.PutUint64(b[12:], rec.Epoch)
 	if rec.Released {
 		b[20] = flagFreed
 	}
-	if rec.Epoch == 0 && rec.Owner == "" { // the absent marker (see absentRecord)
+	if rec.Epoch == 0 && rec.Owner == "" { // the absent marker (see AbsentRecord)
 		b[20] = flagAbsent
 	}
 	binary.BigEndian.PutUint16(b[21:], uint16(len(rec.Key)))
 	binary.BigEndian.PutUint16(b[23:], uint16(len(rec.Owner)))
 	n := copy(b[slotHeader:], rec.Key)
 	copy(b[slotHeader+n:], rec.Owner)
-	binary.BigEndian.PutUint32(b[slotLen-4:], crc32.Checksum(b[:slotLen-4], castagnoli))
+	binary.BigEndian.PutUint32(b[SlotLen-4:], crc32.Checksum(b[:SlotLen-4], castagnoli))
 	return b
 }
 
-// decodeSlot parses one slot; ok is false when it holds no valid record.
-func decodeSlot(b []byte) (seq uint64, rec Record, ok bool) {
-	if len(b) != slotLen || string(b[:4]) != slotMagic ||
-		crc32.Checksum(b[:slotLen-4], castagnoli) != binary.BigEndian.Uint32(b[slotLen-4:]) {
+// DecodeSlot parses one slot; ok is false when it holds no valid record.
+func DecodeSlot(b []byte) (seq uint64, rec Record, ok bool) {
+	if len(b) != SlotLen || string(b[:4]) != slotMagic ||
+		crc32.Checksum(b[:SlotLen-4], castagnoli) != binary.BigEndian.Uint32(b[SlotLen-4:]) {
 		return 0, Record{}, false
 	}
 	seq = binary.BigEndian.Uint64(b[4:])
 	keyLen := int(binary.BigEndian.Uint16(b[21:]))
 	ownerLen := int(binary.BigEndian.Uint16(b[23:]))
-	if slotHeader+keyLen+ownerLen > slotLen-4 || (b[20] != 0 && b[20] != flagFreed && b[20] != flagAbsent) {
+	if slotHeader+keyLen+ownerLen > SlotLen-4 || (b[20] != 0 && b[20] != flagFreed && b[20] != flagAbsent) {
 		return 0, Record{}, false
 	}
 	rec = Record{
@@ -103,40 +113,55 @@ func decodeSlot(b []byte) (seq uint64, rec Record, ok bool) {
 	return seq, rec, true
 }
 
-// slotOffset is where write number seq goes.
-func slotOffset(seq uint64) int64 { return int64((seq - 1) % 2 * slotStride) }
+// SlotOffset is where write number seq goes.
+func SlotOffset(seq uint64) int64 { return int64((seq - 1) % 2 * SlotStride) }
 
-// absentRecord is the record a new lock file holds as write 1: key, and
-// no holder. encodeSlot marks it with flagAbsent.
-func absentRecord(key string) Record { return Record{Key: key} }
+// AbsentRecord is the record a new lock file holds as write 1: key, and
+// no holder. EncodeSlot marks it with flagAbsent.
+func AbsentRecord(key string) Record { return Record{Key: key} }
 
 // isAbsent reports whether a decoded slot is the absent marker.
 func isAbsent(b []byte) bool { return b[20] == flagAbsent }
 
-// readRecord reads key's record from f. It returns nil and seq 1 for a
-// file that holds only its absent marker (created, never acquired), and an
-// error matching ErrCorrupt for anything no store could have written (R10),
-// including an empty file.
-func readRecord(f *os.File, key string) (rec *Record, seq uint64, err error) {
-	buf := make([]byte, recFileLen+1) // one byte more, to see a file that is too long
-	n, err := preadOnce(f, buf)
-	if err != nil {
-		return nil, 0, corrupt("cannot read lock file: %w", err)
-	}
-	if mutant == mutantEmptyAbsent && n == 0 {
+// ReadRecord reads key's record from f. It returns nil and seq 1 for a
+// file that holds only its absent marker (created, never acquired), and a
+// CorruptError for anything no store could have written (R10), including
+// an empty file. The owner's spelling is the caller's to check.
+func ReadRecord(f *os.File, key string) (rec *Record, seq uint64, err error) {
+	file, err := ReadWhole(f)
+	if mutant == mutantEmptyAbsent && errors.Is(err, errEmpty) {
 		return nil, 0, nil // read an empty lock file as a key never written
 	}
-	if n != recFileLen {
-		return nil, 0, corrupt("lock file is %d bytes, want %d", n, recFileLen)
+	if err != nil {
+		return nil, 0, err
 	}
-	return parseRecord(buf[:recFileLen], key)
+	return ParseRecord(file, key)
 }
 
-// slotKey returns the key that the newest valid slot of a whole lock file
+// errEmpty is the cause of the CorruptError of an empty lock file.
+var errEmpty = errors.New("lock file is 0 bytes")
+
+// ReadWhole reads a lock file's bytes, FileLen of them, in one read; a
+// file of any other size is a CorruptError.
+func ReadWhole(f *os.File) ([]byte, error) {
+	buf := make([]byte, FileLen+1) // one byte more, to see a file that is too long
+	n, err := PreadOnce(f, buf)
+	switch {
+	case err != nil:
+		return nil, corrupt("cannot read lock file: %w", err)
+	case n == 0:
+		return nil, corrupt("%w, want %d", errEmpty, FileLen)
+	case n != FileLen:
+		return nil, corrupt("lock file is %d bytes, want %d", n, FileLen)
+	}
+	return buf[:FileLen], nil
+}
+
+// SlotKey returns the key that the newest valid slot of a whole lock file
 // names, for a reader that knows the file but not the key.
-func slotKey(file []byte) (string, error) {
-	seq0, rec0, ok0 := decodeSlot(file[:slotLen])
-	seq1, rec1, ok1 := decodeSlot(file[slotStride : slotStride+slotLen])
+func SlotKey(file []byte) (string, error) {
+	seq0, rec0, ok0 := DecodeSlot(file[:SlotLen])
+	seq1, rec1, ok1 := DecodeSlot(file[SlotStride : SlotStride+SlotLen])
 	switch {
 	case ok0 && (!ok1 || seq0 > seq1):
 		return rec0.Key, nil
@@ -146,13 +171,14 @@ func slotKey(file []byte) (string, error) {
 	return "", corrupt("no slot holds a valid record")
 }
 
-// parseRecord reads key's record from a whole lock file's bytes.
-func parseRecord(file []byte, key string) (rec *Record, seq uint64, err error) {
-	s0, s1 := file[:slotLen], file[slotStride:slotStride+slotLen]
-	seq0, rec0, ok0 := decodeSlot(s0)
-	seq1, rec1, ok1 := decodeSlot(s1)
-	ok0 = ok0 && seq0 > 0 && slotOffset(seq0) == 0
-	ok1 = ok1 && seq1 > 0 && slotOffset(seq1) == slotStride
+// ParseRecord reads key's record from a whole lock file's bytes: nil and
+// seq 1 for an absent marker, a CorruptError for bytes no store writes.
+func ParseRecord(file []byte, key string) (rec *Record, seq uint64, err error) {
+	s0, s1 := file[:SlotLen], file[SlotStride:SlotStride+SlotLen]
+	seq0, rec0, ok0 := DecodeSlot(s0)
+	seq1, rec1, ok1 := DecodeSlot(s1)
+	ok0 = ok0 && seq0 > 0 && SlotOffset(seq0) == 0
+	ok1 = ok1 && seq1 > 0 && SlotOffset(seq1) == SlotStride
 	newest := s0
 	switch {
 	case ok0 && ok1 && seq0 != seq1+1 && seq1 != seq0+1:
@@ -177,27 +203,30 @@ func parseRecord(file []byte, key string) (rec *Record, seq uint64, err error) {
 		}
 		return nil, 1, nil
 	}
-	if err := checkRecord(*rec, key); err != nil {
-		return nil, 0, err
+	switch {
+	case rec.Key != key:
+		return nil, 0, corrupt("record for key %q stored under %q", rec.Key, key)
+	case rec.Epoch == 0:
+		return nil, 0, corrupt("epoch 0")
 	}
 	return rec, seq, nil
 }
 
-// writeRecord stores rec as write number seq and makes it durable. The
+// WriteRecord stores rec as write number seq and makes it durable. The
 // first write (seq 1) lays out the whole file; later ones overwrite one
 // slot in place.
-func writeRecord(f *os.File, seq uint64, rec Record) error {
-	b := encodeSlot(seq, rec)
-	off := slotOffset(seq)
+func WriteRecord(f *os.File, seq uint64, rec Record) error {
+	b := EncodeSlot(seq, rec)
+	off := SlotOffset(seq)
 	if seq == 1 {
-		whole := make([]byte, recFileLen)
+		whole := make([]byte, FileLen)
 		copy(whole, b)
 		b = whole
 	}
 	if _, err := f.WriteAt(b, off); err != nil {
 		return err
 	}
-	if err := datasync(f); err != nil {
+	if err := Datasync(f); err != nil {
 		return fmt.Errorf("fdatasync: %w", err)
 	}
 	return nil

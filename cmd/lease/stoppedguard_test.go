@@ -109,9 +109,10 @@ func TestStoppedGuardIsKilled(t *testing.T) {
 	requireStore(t, url)
 	logPath := filepath.Join(dir, "appends")
 	env := append(roleEnv("append"), "LEASE_TEST_LOG="+logPath)
-	// TTL 3s: the Held ends 500ms (the margin) before expiry; lease run
-	// kills the guard --grace (100ms) later, 400ms before expiry.
-	flags := []string{"--store", url, "--ttl", "3s", "--grace", "100ms"}
+	// TTL 6s: the Held ends 1s (the margin) before expiry; lease run kills
+	// the guard --grace (100ms) later, 900ms before expiry, room enough
+	// for a loaded machine.
+	flags := []string{"--store", url, "--ttl", "6s", "--grace", "100ms"}
 	argv := []string{"k", "--", self(t)}
 
 	a := startLease(t, env, append(append([]string{"run"}, flags...), argv...)...)
@@ -198,7 +199,7 @@ func roleParent() int {
 func TestStoppedGuardDeadline(t *testing.T) {
 	const grace, margin = 100 * time.Millisecond, 300 * time.Millisecond
 	h := newFakeHeld()
-	h.expires = time.Now().Add(2 * time.Second)
+	h.expires = time.Now().Add(4 * time.Second) // room to stop the guard before its own switch fires
 	first, status := superviseChild(t, h, "parent", grace, margin)
 	f := strings.Fields(first)
 	if len(f) != 2 || f[0] != "ready" {

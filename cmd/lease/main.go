@@ -75,6 +75,17 @@
 // and lease run kills the orphans that come to it, and leaves the lease
 // unreleased, as a crash would.
 //
+// lease run does not rely on a guard that may itself be stopped (SIGSTOP,
+// a debugger) or wedged: if the guard has not exited --grace after the
+// last deadline lease run sent it, or, after a stop order or a forwarded
+// signal, --grace (at least a second) after the guard's own SIGKILL was
+// due, lease run SIGKILLs it. COMMAND dies with it (its parent-death
+// signal) and its orphans come to lease run, which kills them; since
+// --grace is shorter than the safety margin, this happens before the lease
+// can expire. lease run then releases the lease only if it saw the whole
+// tree gone, and otherwise leaves it to expire. It writes its orders
+// without waiting, so a guard that stopped reading cannot stop it either.
+//
 // The lease is given up only after the tree is gone:
 //
 //   - A file: store's lease is a flock, held by an open file description
@@ -101,14 +112,18 @@
 // processes it started may survive. The guard stopped together with
 // COMMAND (a frozen cgroup holding all three): COMMAND cannot run while
 // frozen, but once thawed it runs for the moment the guard needs to act on
-// its passed deadline. A host that sleeps (suspend): CLOCK_MONOTONIC does
-// not count the sleep on Linux, so the guard acts late; lease run's next
-// renewal finds the lease lost. COMMAND's writes should carry LEASE_EPOCH
-// as a fencing token for these cases. On systems other than Linux there is
-// no subreaper, no parent-death signal and no way to list descriptors:
-// the guard still stops COMMAND's process group, on loss, on signals and
-// when lease run dies, but processes that leave the group are out of its
-// reach, and a file: store's flock ends with lease run itself.
+// its passed deadline. lease run and its guard both stopped (kill -STOP
+// of both, or of every process named lease): nothing is left to act, and
+// COMMAND may run on past the lease's expiry, beside the next holder. A
+// host that sleeps (suspend): CLOCK_MONOTONIC does not count the sleep on
+// Linux, so the guard acts late; lease run's next renewal finds the lease
+// lost. COMMAND's writes should carry LEASE_EPOCH as a fencing token for
+// these cases. On systems other than Linux there is no subreaper, no
+// parent-death signal and no way to list descriptors: the guard still
+// stops COMMAND's process group, on loss, on signals and when lease run
+// dies, but processes that leave the group are out of its reach, killing
+// a stopped guard does not reach COMMAND (lease run then leaves the lease
+// to expire), and a file: store's flock ends with lease run itself.
 package main
 
 import (

@@ -37,10 +37,10 @@ type reason struct {
 // environment; it waits for the guard, whose status is COMMAND's, and
 // releases the lease. It returns lease run's exit status.
 func (sv supervisor) run(h holding, argv []string) int {
-	if sv.subreaper { // if the guard is killed, COMMAND's orphans come here to be killed
-		setSubreaper()
-	}
-	cmd, orders, err := sv.startGuard(h.Grant(), argv)
+	// If the guard is killed, COMMAND's orphans come here to be killed.
+	reaper := sv.subreaper && setSubreaper()
+	deadline := sv.deadline(h.Grant())
+	cmd, orders, err := sv.startGuard(h.Grant(), deadline, argv)
 	if err != nil {
 		sv.release(h)
 		return fail(sv.stderr, exitNoExec, "cannot start the guard for %s: %v", argv[0], err)
@@ -55,6 +55,9 @@ func (sv supervisor) run(h holding, argv []string) int {
 	lost := h.Context().Done()
 	renewals := sv.watchRenewals(h.Grant())
 	defer renewals.stop()
+	bound := &guardBound{grace: sv.grace}
+	defer bound.stop()
+	bound.deadlineSent(deadline)
 	var why reason
 	for done := false; !done; {
 		select {
@@ -62,55 +65,92 @@ func (sv supervisor) run(h holding, argv []string) int {
 			done = true
 		case <-renewals.ticks():
 			if g := h.Grant(); !g.ExpiresAt.Equal(renewals.seen) {
-				renewals.seen = g.ExpiresAt
-				_, _ = orders.Write(deadlineOrder(sv.deadline(g)))
+				if d := sv.deadline(g); send(orders, deadlineOrder(d)) { // unsent: told again next tick
+					renewals.seen = g.ExpiresAt
+					bound.deadlineSent(d)
+				}
 			}
 		case sig := <-sv.sigc:
 			s, _ := sig.(syscall.Signal)
 			if !why.lost && why.sig == 0 {
 				why.sig = s
 			}
-			_, _ = orders.Write([]byte{byte(s)})
+			send(orders, []byte{byte(s)})
+			bound.ordered()
 		case <-lost:
 			lost = nil
 			if why.sig == 0 {
 				why.lost = true
 			}
 			warn(sv.stderr, "%v; stopping %s", context.Cause(h.Context()), argv[0])
-			_, _ = orders.Write([]byte{orderStop})
+			send(orders, []byte{orderStop})
+			bound.ordered()
+		case <-bound.C():
+			if exited(waited) { // the guard ended COMMAND meanwhile (lease run was late: stopped?)
+				done = true
+				break
+			}
+			bound.fired = true
+			warn(sv.stderr, "the guard of %s has not stopped it in time (is the guard stopped or wedged?): %s, and the command with it",
+				argv[0], guardKilledLine)
+			if !killGuard(cmd, waited) {
+				return fail(sv.stderr, why.code(), "the guard of %s did not die %v after SIGKILL; the lease is left unreleased", argv[0], orphanPatience)
+			}
+			done = true
 		}
 	}
 	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() {
-		// The guard itself was killed: COMMAND died with it (its parent-
-		// death signal) and its orphans came here. Leave the lease as a
-		// crash would, so that the next holder recovers.
-		if sv.subreaper {
-			killOrphans()
-		}
-		return fail(sv.stderr, 128+int(ws.Signal()), "the guard of %s was killed by signal %d (%v); its processes were killed; the lease is left unreleased",
-			argv[0], int(ws.Signal()), ws.Signal())
+		return sv.guardKilled(h, ws.Signal(), bound.fired, reaper, why, argv)
 	}
-	switch {
-	case why.lost:
-		sv.release(h) // records the release if nobody took the key
-		return exitLost
-	case why.sig != 0:
-		if err := sv.release(h); err != nil {
-			warn(sv.stderr, "releasing %s: %v", h.Grant().Key, err)
-		}
-		return 128 + int(why.sig)
-	}
-	if err := sv.release(h); err != nil {
-		warn(sv.stderr, "releasing %s: %v", h.Grant().Key, err)
+	sv.releaseAfter(h, why)
+	if why.lost || why.sig != 0 {
+		return why.code()
 	}
 	return cmd.ProcessState.ExitCode()
+}
+
+// releaseAfter releases the lease once COMMAND's tree is gone. After a
+// loss the release only records it if nobody took the key: its failure
+// says nothing new.
+func (sv supervisor) releaseAfter(h holding, why reason) {
+	if err := sv.release(h); err != nil && !why.lost {
+		warn(sv.stderr, "releasing %s: %v", h.Grant().Key, err)
+	}
+}
+
+// code is lease run's exit status when its guard did not end COMMAND by
+// itself: 128+N after signal N, else the lost status.
+func (r reason) code() int {
+	if r.sig != 0 {
+		return 128 + int(r.sig)
+	}
+	return exitLost
+}
+
+// guardKilled ends lease run once its guard was killed by signal sig:
+// COMMAND died with it (its parent-death signal) and its orphans came
+// here (reaper) to be killed. If lease run killed the guard itself (byUs)
+// and saw the whole tree gone, it releases the lease as after a loss;
+// otherwise it leaves the lease as a crash would, so that the next holder
+// recovers.
+func (sv supervisor) guardKilled(h holding, sig syscall.Signal, byUs, reaper bool, why reason, argv []string) int {
+	gone := reaper && killOrphans()
+	if !byUs {
+		return fail(sv.stderr, 128+int(sig), "the guard of %s was killed by signal %d (%v); its processes were killed; the lease is left unreleased",
+			argv[0], int(sig), sig)
+	}
+	if !gone {
+		return fail(sv.stderr, why.code(), "processes of %s may still run; the lease is left unreleased", argv[0])
+	}
+	sv.releaseAfter(h, why)
+	return why.code()
 }
 
 // startGuard starts the guard for argv and returns it and the write end of
 // its control pipe, on which each byte is an order: orderStop or a signal
 // to forward. The guard gets the read end as descriptor 3 and copies of
 // the store's lock files as 4 and up; COMMAND gets none of them.
-func (sv supervisor) startGuard(g lease.Grant, argv []string) (*exec.Cmd, *os.File, error) {
+func (sv supervisor) startGuard(g lease.Grant, deadline int64, argv []string) (*exec.Cmd, *os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
@@ -126,7 +166,7 @@ func (sv supervisor) startGuard(g lease.Grant, argv []string) (*exec.Cmd, *os.Fi
 	}
 	args := append(sv.guard[1:len(sv.guard):len(sv.guard)],
 		"--grace", sv.grace.String(),
-		"--deadline", strconv.FormatInt(sv.deadline(g), 10),
+		"--deadline", strconv.FormatInt(deadline, 10),
 		"--parent", strconv.Itoa(os.Getpid()),
 		"--locks", strconv.Itoa(len(locks)))
 	if inForeground(0) {
@@ -181,8 +221,9 @@ func (sv supervisor) release(h holding) error {
 }
 
 // killOrphans kills and reaps every process that came to lease run as
-// subreaper after its guard died, until none is left.
-func killOrphans() {
+// subreaper after its guard died, until none is left, and reports whether
+// it saw none left (within orphanPatience).
+func killOrphans() bool {
 	deadline := time.Now().Add(orphanPatience)
 	for time.Now().Before(deadline) {
 		for _, pid := range descendants(os.Getpid()) {
@@ -192,7 +233,7 @@ func killOrphans() {
 			var ws syscall.WaitStatus
 			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
 			if err == syscall.ECHILD {
-				return
+				return true
 			}
 			if err != nil || pid == 0 {
 				break
@@ -200,6 +241,7 @@ func killOrphans() {
 		}
 		time.Sleep(sweepEvery)
 	}
+	return false
 }
 
 // cmdGuard is the guard's main: lease _guard --grace D --deadline NS

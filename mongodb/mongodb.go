@@ -386,11 +386,17 @@ type mongoURL struct {
 // splitMongoURL takes the database name from a MongoDB URL's path and the
 // collection from its "collection" parameter, and returns the URL without
 // that parameter (the driver warns about options it does not know). Names
-// that MongoDB would refuse are refused here, with the URL (redacted).
+// that MongoDB would refuse are refused here, with the URL (redacted),
+// and so is a URL whose password redact.Check finds ambiguous.
 func splitMongoURL(rawURL string) (mongoURL, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok || (scheme != "mongodb" && scheme != "mongodb+srv") {
-		return mongoURL{}, fmt.Errorf("lease: %q is not a mongodb:// or mongodb+srv:// URL", redact.URL(rawURL))
+		return mongoURL{}, errors.New("lease: the store URL is not a mongodb:// or mongodb+srv:// URL")
+	}
+	// Refused before the MongoDB driver reads it: a password holding a
+	// "/" or "?" would make its hosts, database or errors show a piece of it.
+	if err := redact.Check(rawURL); err != nil {
+		return mongoURL{}, fmt.Errorf("lease: cannot parse the %s URL: %w", scheme, err)
 	}
 	hostPath, query, _ := strings.Cut(rest, "?")
 	u := mongoURL{db: DefaultDatabase, coll: DefaultCollection}

@@ -170,11 +170,14 @@ func checkNoPassword(t *testing.T, what, pw, got, twinGot string) {
 	}
 }
 
-// printable maps the fuzzer's bytes onto printable ASCII, " " to "~".
+// printable maps the fuzzer's bytes onto printable ASCII, " " to "~",
+// keeping those that are printable already.
 func printable(raw string) string {
 	b := []byte(raw)
 	for i, c := range b {
-		b[i] = ' ' + c%('~'-' '+1)
+		if c < ' ' || c > '~' {
+			b[i] = ' ' + c%('~'-' '+1)
+		}
 	}
 	return string(b)
 }

@@ -75,6 +75,11 @@ func RegisterScheme(scheme string, open DriverOpener) {
 //
 // A URL of a scheme that no imported package registered fails with an
 // error naming the import to add. Closing the store closes what Open opened.
+//
+// No error of Open shows a URL's password. Write "/", "?", "#", "@", ":"
+// and "%" in a user name or password percent-encoded (%2F, %3F, %23, %40,
+// %3A, %25): a URL with a "/", "?" or "#" before its last "@" is refused,
+// as a parser would take part of the password for the host.
 func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

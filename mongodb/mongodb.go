@@ -355,7 +355,9 @@ func init() {
 // driver that owns its client. The URL's path names the database
 // (DefaultDatabase if empty), its "collection" parameter the collection
 // (DefaultCollection if absent); every other parameter is the MongoDB
-// driver's own.
+// driver's own. A user info with an unescaped "/", "?" or "#", or a
+// "%" that starts no %XX escape, is refused before the MongoDB driver
+// reads it, with an error that shows none of it.
 func openURL(ctx context.Context, rawURL string) (lease.Driver, error) {
 	u, err := splitMongoURL(rawURL)
 	if err != nil {

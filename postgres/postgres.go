@@ -142,6 +142,11 @@ var (
 // A multi-host URL with target_session_attrs=read-write
 // ("postgres://a:5432,b:5432/db?target_session_attrs=read-write") follows
 // a primary across a failover.
+//
+// Its errors show no part of a password: a URL whose user info holds an
+// unescaped "/", "?" or "#", or a "%" that starts no %XX escape, is
+// refused before pgx reads it (percent-encode them), and pgx's parse
+// errors are retold without the connection string.
 func Open(ctx context.Context, url string, opts ...Option) (lease.Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -593,11 +598,11 @@ func urlParseProblem(err error) string {
 // wrong and pgx's cause, less any number it quotes; errors.As still
 // finds pgx's *pgconn.ParseConfigError.
 func parseConfigError(err error) error {
+	msg := "lease: postgres: cannot parse the connection string"
 	var pe *pgconn.ParseConfigError
 	if !errors.As(err, &pe) {
-		return fmt.Errorf("lease: postgres: %w", err)
+		return &textError{msg: msg, err: err}
 	}
-	msg := "lease: postgres: cannot parse the connection string"
 	what := pe.Error()
 	cause := errors.Unwrap(pe)
 	if cause != nil {

@@ -33,6 +33,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/xdg-go/stringprep"
 )
 
 // Defaults for Open's mongodb:// URLs.
@@ -365,7 +367,7 @@ func openURL(ctx context.Context, rawURL string) (lease.Driver, error) {
 	}
 	client, err := mongo.Connect(options.Client().ApplyURI(u.uri))
 	if err != nil {
-		return nil, fmt.Errorf("lease: mongodb connect: %w", err)
+		return nil, connectError(err)
 	}
 	d, err := newMongoDriver(ctx, client.Database(u.db).Collection(u.coll), openOptions)
 	if err != nil {
@@ -376,6 +378,17 @@ func openURL(ctx context.Context, rawURL string) (lease.Driver, error) {
 	}
 	d.ownsClient = true
 	return d, nil
+}
+
+// connectError tells why the MongoDB driver refused a URL, in its words
+// but for a password that SASLprep refuses: that error quotes the
+// character refused, a piece of the password.
+func connectError(err error) error {
+	var prep stringprep.Error
+	if errors.As(err, &prep) {
+		return redact.Retold("lease: mongodb connect: SCRAM cannot use the password: SASLprep refuses a character in it ("+prep.Msg+")", err)
+	}
+	return fmt.Errorf("lease: mongodb connect: %w", err)
 }
 
 // mongoURL is a mongodb:// URL taken apart by splitMongoURL.

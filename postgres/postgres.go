@@ -221,7 +221,7 @@ func newPostgresDriver(ctx context.Context, db *sql.DB, cfg config) (*postgresDr
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		// pgx puts each host it tried on a line of its own.
-		return nil, &textError{msg: "lease: postgres: connecting: " + foldLines.Replace(err.Error()), err: err}
+		return nil, redact.Retold("lease: postgres: connecting: "+foldLines.Replace(err.Error()), err)
 	}
 	defer conn.Close()
 	var accepted string
@@ -601,7 +601,7 @@ func parseConfigError(err error) error {
 	msg := "lease: postgres: cannot parse the connection string"
 	var pe *pgconn.ParseConfigError
 	if !errors.As(err, &pe) {
-		return &textError{msg: msg, err: err}
+		return redact.Retold(msg, err)
 	}
 	what := pe.Error()
 	cause := errors.Unwrap(pe)
@@ -622,18 +622,8 @@ func parseConfigError(err error) error {
 	case cause != nil:
 		msg += " (" + cause.Error() + ")"
 	}
-	return &textError{msg: msg, err: pe}
+	return redact.Retold(msg, pe)
 }
-
-// textError shows msg in place of the text of err, which quotes what it
-// must not or spans lines; errors.Is and errors.As still reach err.
-type textError struct {
-	msg string
-	err error
-}
-
-func (e *textError) Error() string { return e.msg }
-func (e *textError) Unwrap() error { return e.err }
 
 // foldLines makes a pgx error of many lines one.
 var foldLines = strings.NewReplacer(":\n\t", ": ", "\n\t", "; ", "\n", "; ")

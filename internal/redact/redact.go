@@ -135,3 +135,16 @@ func Check(rawURL string) error {
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
+
+// Retold returns an error that reads msg in place of err's text, which
+// quotes what it must not (or spans lines); errors.Is and errors.As still
+// reach err.
+func Retold(msg string, err error) error { return &retold{msg: msg, err: err} }
+
+type retold struct {
+	msg string
+	err error
+}
+
+func (e *retold) Error() string { return e.msg }
+func (e *retold) Unwrap() error { return e.err }

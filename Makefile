@@ -43,7 +43,8 @@ tidy-check:
 # silently go stale.
 FUZZTIME ?= 30s
 FUZZ_TARGETS = .:FuzzValidateKey .:FuzzValidateOwner .:FuzzStoreURL ./internal/localfs:FuzzLocalRecord ./internal/localfs:FuzzLocalSlots \
-	./sqlite:FuzzSQLiteRow ./mongodb:FuzzMongoRecord ./mongodb:FuzzMongoURL ./mongodb:FuzzMongoOwnerGuard
+	./sqlite:FuzzSQLiteRow ./mongodb:FuzzMongoRecord ./mongodb:FuzzMongoURL ./mongodb:FuzzMongoOwnerGuard \
+	./cmd/lease:FuzzStorePasswords
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; f=$${t##*:}; \

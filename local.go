@@ -153,7 +153,8 @@ func prepareRoot(root string) error {
 func openLocalStore(root string, opts []Option) (Store, error) {
 	if rest, ok := strings.CutPrefix(root, "//"); ok {
 		if !strings.HasPrefix(rest, "/") {
-			return nil, fmt.Errorf("lease: file: URL %q names a host; want file:/path/dir", "file:"+root)
+			// Not shown: what would be its user info may hold a password.
+			return nil, errors.New("lease: file: URL names a host (file://HOST/...); want file:/path/dir")
 		}
 		root = rest
 	}

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -45,7 +46,7 @@ func RegisterScheme(scheme string, open DriverOpener) {
 	if open == nil {
 		panic("lease: RegisterScheme: nil opener for scheme " + fmt.Sprintf("%q", scheme))
 	}
-	if !validScheme(scheme) || slices.Contains(builtinSchemes, scheme) {
+	if !redact.WellFormedScheme(scheme) || slices.Contains(builtinSchemes, scheme) {
 		panic(fmt.Sprintf("lease: RegisterScheme: cannot register scheme %q", scheme))
 	}
 	schemesMu.Lock()
@@ -54,17 +55,6 @@ func RegisterScheme(scheme string, open DriverOpener) {
 		panic(fmt.Sprintf("lease: RegisterScheme: scheme %q registered twice", scheme))
 	}
 	schemes[scheme] = open
-}
-
-// validScheme: a letter, then letters, digits, "+", "-" or "." (RFC 3986).
-func validScheme(s string) bool {
-	for i, r := range s {
-		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
-		if !letter && (i == 0 || !(r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.')) {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // Open opens a store from a URL:
@@ -85,6 +75,11 @@ func validScheme(s string) bool {
 //
 // A URL of a scheme that no imported package registered fails with an
 // error naming the import to add. Closing the store closes what Open opened.
+//
+// No error of Open shows a URL's password. Write "/", "?", "#", "@", ":"
+// and "%" in a user name or password percent-encoded (%2F, %3F, %23, %40,
+// %3A, %25): a URL with a "/", "?" or "#" before its last "@" is refused,
+// as a parser would take part of the password for the host.
 func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -117,19 +112,27 @@ func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 	return s, nil
 }
 
+// wantSchemes ends the errors of a store URL Open cannot read.
+const wantSchemes = "want file:, memory:, sqlite:, mongodb:// or postgres:// (see lease.Open)"
+
 // splitScheme takes an Open URL's scheme off, refusing a URL without one.
+// The error does not quote the URL: a string without a scheme may be
+// anything, a password pasted into the wrong variable among them.
 func splitScheme(url string) (scheme, rest string, err error) {
 	scheme, rest, ok := strings.Cut(url, ":")
-	if !ok {
-		return "", "", fmt.Errorf("lease: store URL %q has no scheme; want file:, memory:, sqlite:, mongodb:// or postgres:// (see lease.Open)",
-			redact.URL(url))
+	switch {
+	case url == "":
+		return "", "", errors.New("lease: store URL is empty; " + wantSchemes)
+	case !ok:
+		return "", "", errors.New("lease: store URL has no scheme (no \":\"); " + wantSchemes)
 	}
 	return scheme, rest, nil
 }
 
 // schemeOpener finds the registered opener of scheme. The error for a
-// scheme of this module names the package to import; url appears in it
-// only without its password.
+// scheme of this module names the package to import; no error quotes
+// more of url than its scheme, and that only when redact.Scheme finds it
+// cannot hold a password.
 func schemeOpener(scheme, url string) (DriverOpener, error) {
 	schemesMu.RLock()
 	open := schemes[scheme]
@@ -144,6 +147,5 @@ func schemeOpener(scheme, url string) (DriverOpener, error) {
 		}
 		return nil, fmt.Errorf("lease: no driver for %q URLs: import %s", shown, home)
 	}
-	return nil, fmt.Errorf("lease: unknown store scheme %q in %q; want file:, memory:, sqlite:, mongodb:// or postgres:// (see lease.Open)",
-		scheme, redact.URL(url))
+	return nil, errors.New("lease: " + redact.UnknownScheme(url) + "; " + wantSchemes)
 }

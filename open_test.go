@@ -125,8 +125,8 @@ func TestOpenNamesTheMissingImport(t *testing.T) {
 		"mongodb://u:secret@h/db":      `lease: no driver for "mongodb://" URLs: import github.com/leasekit/lease/mongodb`,
 		"mongodb+srv://u:secret@h/":    `lease: no driver for "mongodb+srv://" URLs: import github.com/leasekit/lease/mongodb`,
 		"sqlite:/tmp/secret/leases.db": `lease: no driver for "sqlite:" URLs: import github.com/leasekit/lease/sqlite`,
-		"mysql://u:secret@h/db":        `lease: unknown store scheme "mysql" in "mysql://u:xxxxx@h/db"; want file:, memory:, sqlite:, mongodb:// or postgres:// (see lease.Open)`,
-		"no-scheme":                    `lease: store URL "no-scheme" has no scheme; want file:, memory:, sqlite:, mongodb:// or postgres:// (see lease.Open)`,
+		"mysql://u:secret@h/db":        `lease: unknown store scheme "mysql"; want file:, memory:, sqlite:, mongodb:// or postgres:// (see lease.Open)`,
+		"no-scheme":                    `lease: store URL has no scheme (no ":"); want file:, memory:, sqlite:, mongodb:// or postgres:// (see lease.Open)`,
 	} {
 		_, err := Open(ctxBG, url)
 		if err == nil || err.Error() != want {

@@ -33,6 +33,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/xdg-go/stringprep"
 )
 
 // Defaults for Open's mongodb:// URLs.
@@ -355,7 +357,9 @@ func init() {
 // driver that owns its client. The URL's path names the database
 // (DefaultDatabase if empty), its "collection" parameter the collection
 // (DefaultCollection if absent); every other parameter is the MongoDB
-// driver's own.
+// driver's own. A user info with an unescaped "/", "?" or "#", or a
+// "%" that starts no %XX escape, is refused before the MongoDB driver
+// reads it, with an error that shows none of it.
 func openURL(ctx context.Context, rawURL string) (lease.Driver, error) {
 	u, err := splitMongoURL(rawURL)
 	if err != nil {
@@ -363,7 +367,7 @@ func openURL(ctx context.Context, rawURL string) (lease.Driver, error) {
 	}
 	client, err := mongo.Connect(options.Client().ApplyURI(u.uri))
 	if err != nil {
-		return nil, fmt.Errorf("lease: mongodb connect: %w", err)
+		return nil, connectError(err)
 	}
 	d, err := newMongoDriver(ctx, client.Database(u.db).Collection(u.coll), openOptions)
 	if err != nil {
@@ -376,6 +380,17 @@ func openURL(ctx context.Context, rawURL string) (lease.Driver, error) {
 	return d, nil
 }
 
+// connectError tells why the MongoDB driver refused a URL, in its words
+// but for a password that SASLprep refuses: that error quotes the
+// character refused, a piece of the password.
+func connectError(err error) error {
+	var prep stringprep.Error
+	if errors.As(err, &prep) {
+		return redact.Retold("lease: mongodb connect: SCRAM cannot use the password: SASLprep refuses a character in it ("+prep.Msg+")", err)
+	}
+	return fmt.Errorf("lease: mongodb connect: %w", err)
+}
+
 // mongoURL is a mongodb:// URL taken apart by splitMongoURL.
 type mongoURL struct {
 	uri  string // for the MongoDB driver: without the collection parameter
@@ -386,11 +401,17 @@ type mongoURL struct {
 // splitMongoURL takes the database name from a MongoDB URL's path and the
 // collection from its "collection" parameter, and returns the URL without
 // that parameter (the driver warns about options it does not know). Names
-// that MongoDB would refuse are refused here, with the URL (redacted).
+// that MongoDB would refuse are refused here, with the URL (redacted),
+// and so is a URL whose password redact.Check finds ambiguous.
 func splitMongoURL(rawURL string) (mongoURL, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok || (scheme != "mongodb" && scheme != "mongodb+srv") {
-		return mongoURL{}, fmt.Errorf("lease: %q is not a mongodb:// or mongodb+srv:// URL", redact.URL(rawURL))
+		return mongoURL{}, errors.New("lease: the store URL is not a mongodb:// or mongodb+srv:// URL")
+	}
+	// Refused before the MongoDB driver reads it: a password holding a
+	// "/" or "?" would make its hosts, database or errors show a piece of it.
+	if err := redact.Check(rawURL); err != nil {
+		return mongoURL{}, fmt.Errorf("lease: cannot parse the %s URL: %w", scheme, err)
 	}
 	hostPath, query, _ := strings.Cut(rest, "?")
 	u := mongoURL{db: DefaultDatabase, coll: DefaultCollection}

@@ -34,9 +34,11 @@ import (
 	"time"
 
 	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/internal/redact"
 	"github.com/leasekit/lease/internal/rules"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -140,6 +142,11 @@ var (
 // A multi-host URL with target_session_attrs=read-write
 // ("postgres://a:5432,b:5432/db?target_session_attrs=read-write") follows
 // a primary across a failover.
+//
+// Its errors show no part of a password: a URL whose user info holds an
+// unescaped "/", "?" or "#", or a "%" that starts no %XX escape, is
+// refused before pgx reads it (percent-encode them), and pgx's parse
+// errors are retold without the connection string.
 func Open(ctx context.Context, url string, opts ...Option) (lease.Driver, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -158,7 +165,7 @@ func Open(ctx context.Context, url string, opts ...Option) (lease.Driver, error)
 	}
 	pcfg, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("lease: postgres: %w", err)
+		return nil, parseConfigError(err)
 	}
 	db := stdlib.OpenDB(*pcfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
 		_, err := checkPostgresDurability(ctx, c)
@@ -213,7 +220,8 @@ func newPostgresDriver(ctx context.Context, db *sql.DB, cfg config) (*postgresDr
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("lease: postgres: connecting: %w", err)
+		// pgx puts each host it tried on a line of its own.
+		return nil, redact.Retold("lease: postgres: connecting: "+foldLines.Replace(err.Error()), err)
 	}
 	defer conn.Close()
 	var accepted string
@@ -521,14 +529,20 @@ func (u urlOptions) apply(c *config) {
 // splitPostgresURL takes the driver's own query parameters ("table" and
 // "max_conns") out of a postgres:// or postgresql:// URL, so that they are
 // not sent to the server as run-time parameters, which it would refuse.
-// A key=value connection string comes back as it is.
+// A key=value connection string comes back as it is. A URL that cannot be
+// read one way only (a password with "/", "?" or "#" unescaped, see
+// redact.Check) is refused, with an error that quotes nothing of it.
 func splitPostgresURL(rawURL string) (connURL string, opts urlOptions, err error) {
-	if !strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") {
+	scheme, _, isURL := strings.Cut(rawURL, ":")
+	if !isURL || scheme != "postgres" && scheme != "postgresql" {
 		return rawURL, opts, nil
+	}
+	if err := redact.Check(rawURL); err != nil {
+		return "", opts, fmt.Errorf("lease: cannot parse the %s URL: %w", scheme, err)
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return "", opts, fmt.Errorf("lease: postgres URL: %w", redactPostgresErr(err, rawURL))
+		return "", opts, fmt.Errorf("lease: cannot parse the %s URL: %s", scheme, urlParseProblem(err))
 	}
 	q := u.Query()
 	_, hasTable := q["table"]
@@ -562,14 +576,57 @@ func splitPostgresURL(rawURL string) (connURL string, opts urlOptions, err error
 	return u.String(), opts, nil
 }
 
-// redactPostgresErr drops the URL (and its password) from a url.Error.
-func redactPostgresErr(err error, rawURL string) error {
+// urlParseProblem says what net/url found wrong, in general terms: its
+// errors quote the URL, or the part (a port, an escape) they refused.
+func urlParseProblem(err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return ue.Err
+		err = ue.Err
 	}
-	return err
+	msg := err.Error()
+	for _, general := range []string{"invalid port", "invalid character", "invalid URL escape", "invalid userinfo", "invalid control character", "missing ']'"} {
+		if strings.Contains(msg, general) {
+			return general
+		}
+	}
+	return "net/url cannot read it"
 }
+
+// parseConfigError makes pgx's refusal of a connection string one line
+// that quotes none of it (pgx's own text quotes the string, hiding the
+// password only where its patterns find one). It keeps what pgx found
+// wrong and pgx's cause, less any number it quotes; errors.As still
+// finds pgx's *pgconn.ParseConfigError.
+func parseConfigError(err error) error {
+	msg := "lease: postgres: cannot parse the connection string"
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return redact.Retold(msg, err)
+	}
+	what := pe.Error()
+	cause := errors.Unwrap(pe)
+	if cause != nil {
+		what = strings.TrimSuffix(what, " ("+cause.Error()+")")
+	}
+	// What pgx found wrong follows the quoted string, after its last
+	// "`: " (pgx's own words hold none).
+	if i := strings.LastIndex(what, "`: "); i >= 0 {
+		msg += ": " + what[i+len("`: "):]
+	}
+	var ne *strconv.NumError
+	switch {
+	case errors.As(cause, &ne):
+		msg += " (" + ne.Err.Error() + ")"
+	case strings.HasSuffix(msg, "as URL"): // net/url's errors quote the URL's parts
+		msg += " (" + urlParseProblem(cause) + ")"
+	case cause != nil:
+		msg += " (" + cause.Error() + ")"
+	}
+	return redact.Retold(msg, pe)
+}
+
+// foldLines makes a pgx error of many lines one.
+var foldLines = strings.NewReplacer(":\n\t", ": ", "\n\t", "; ", "\n", "; ")
 
 func init() {
 	lease.RegisterScheme("postgres", openURL)

@@ -615,9 +615,18 @@ func (d *sqliteDriver) closeAll() error {
 }
 
 func init() {
-	lease.RegisterScheme("sqlite", func(_ context.Context, url string) (lease.Driver, error) {
-		return Open(strings.TrimPrefix(url, "sqlite:"))
-	})
+	lease.RegisterScheme("sqlite", openURL)
+}
+
+// openURL serves lease.Open for sqlite:PATH URLs (sqlite:/path/leases.db,
+// or sqlite:///path/leases.db). A URL that names a host is refused, and
+// not shown: what would be its user info may hold a password.
+func openURL(_ context.Context, url string) (lease.Driver, error) {
+	path := strings.TrimPrefix(url, "sqlite:")
+	if strings.HasPrefix(path, "//") && !strings.HasPrefix(path, "///") {
+		return nil, errors.New("lease: sqlite: URL names a host (sqlite://HOST/...); want sqlite:/path/leases.db")
+	}
+	return Open(path)
 }
 
 // corrupt makes an error matching lease.ErrCorrupt (R10).

@@ -141,6 +141,9 @@ func printHolder(w io.Writer, out holderJSON, asJSON bool, why string) {
 // that does not exist yet (an SQLite file or a file: directory), so that
 // looking does not create it; "" when the store may exist.
 func missingStore(url string) string {
+	if _, rest, _ := strings.Cut(url, ":"); strings.HasPrefix(rest, "//") && !strings.HasPrefix(rest, "///") {
+		return "" // names a host: lease.Open refuses it without showing it (its user info may hold a password)
+	}
 	path, ok := strings.CutPrefix(url, "sqlite:")
 	if !ok {
 		path = lockDirOf(url)

@@ -127,10 +127,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/leasekit/lease/internal/redact"
 
 	// The command serves every store URL of lease.Open: each driver
 	// package registers its schemes when imported.
@@ -235,15 +238,17 @@ func storeURL(flagValue string) string {
 }
 
 // checkScheme refuses a store URL that lease.Open cannot understand, so
-// that it is reported as a usage error rather than a store failure.
+// that it is reported as a usage error rather than a store failure. Like
+// lease.Open's, its errors show no more of url than a scheme that cannot
+// hold a password (see internal/redact).
 func checkScheme(url string) error {
 	scheme, _, ok := strings.Cut(url, ":")
 	if !ok {
-		return fmt.Errorf("store URL %q has no scheme; want sqlite:, mongodb://, postgres://, file: or memory: (see lease.Open)", url)
+		return errors.New("store URL has no scheme (no \":\"); want sqlite:, mongodb://, postgres://, file: or memory: (see lease.Open)")
 	}
 	switch scheme {
 	case "sqlite", "mongodb", "mongodb+srv", "postgres", "postgresql", "file", "memory":
 		return nil
 	}
-	return fmt.Errorf("unknown store scheme %q in %q; want sqlite:, mongodb://, postgres://, file: or memory: (see lease.Open)", scheme, url)
+	return errors.New(redact.UnknownScheme(url) + "; want sqlite:, mongodb://, postgres://, file: or memory: (see lease.Open)")
 }

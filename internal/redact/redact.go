@@ -1,24 +1,150 @@
-// Package redact drops passwords from URLs before they appear in errors.
-// The package lease and the driver packages share it.
+// Package redact keeps passwords out of the errors that name store URLs.
+// The package lease, the driver packages and the lease command share it.
+//
+// A URL's password is the part of its user info after the first ":", up
+// to the "@" that ends the user info: scheme://user:password@host. People
+// paste generated passwords unescaped, so a password may hold any
+// character, "/", "?", "#", "@" and ":" among them; what follows reads the
+// user info as everything before the URL's last "@", and refuses (Check)
+// the URLs that a URL parser would read another way.
 package redact
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
 
-// URL returns rawURL with the password of a scheme://user:password@host
-// form replaced by "xxxxx"; any other string comes back as it is. It reads
-// the userinfo as MongoDB and PostgreSQL URLs write it: up to the last "@"
-// before the path or query, so a password may hold an unescaped "@".
+// hidden stands for the user info an error leaves out.
+const hidden = "xxxxx"
+
+// URL returns rawURL as an error may show it: everything between the
+// user name and the last "@" replaced by "xxxxx", whatever characters the
+// password holds, and the user name too when no ":" follows it (a lone
+// user info may be a token). A string without "@" has no user info and
+// comes back as it is.
 func URL(rawURL string) string {
-	scheme, rest, ok := strings.Cut(rawURL, "://")
-	if !ok {
-		return rawURL
-	}
-	hosts, _, _ := strings.Cut(rest, "/")
-	hosts, _, _ = strings.Cut(hosts, "?")
-	at := strings.LastIndexByte(hosts, '@')
+	at := strings.LastIndexByte(rawURL, '@')
 	if at < 0 {
 		return rawURL
 	}
-	user, _, _ := strings.Cut(rest[:at], ":")
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
+	start := userinfoStart(rawURL)
+	if start > at {
+		// An "@" before the scheme's ":" cannot end a user info: hide
+		// all before it.
+		start = 0
+	}
+	if user, _, ok := strings.Cut(rawURL[start:at], ":"); ok {
+		start += len(user) + 1
+	}
+	return rawURL[:start] + hidden + rawURL[at:]
 }
+
+// userinfoStart is where the user info of rawURL would begin: after the
+// scheme's ":" and the "//" that may follow it, or at the start when
+// there is no ":" at all.
+func userinfoStart(rawURL string) int {
+	colon := strings.IndexByte(rawURL, ':')
+	if colon < 0 {
+		return 0
+	}
+	if strings.HasPrefix(rawURL[colon+1:], "//") {
+		return colon + 3
+	}
+	return colon + 1
+}
+
+// Scheme returns the scheme of rawURL, the text before its first ":", and
+// whether an error may show it: when it is well formed (RFC 3986: a letter,
+// then letters, digits, "+", "-" or ".") and cannot be the first half of
+// a bare user:password. That holds when what follows the ":" starts with
+// "/" (a path, or "//" and an authority whose user info comes after) or
+// holds no "@" (no user info at all); "ab:cd@host" may be a password
+// "ab:cd" pasted without its scheme and user. It returns "", false when
+// the scheme may not be shown.
+func Scheme(rawURL string) (scheme string, showable bool) {
+	scheme, rest, ok := strings.Cut(rawURL, ":")
+	if !ok || !WellFormedScheme(scheme) {
+		return "", false
+	}
+	if !strings.HasPrefix(rest, "/") && strings.Contains(rest, "@") {
+		return "", false
+	}
+	return scheme, true
+}
+
+// UnknownScheme says, for the error that refuses rawURL, that its scheme
+// is not one the program serves, naming the scheme when Scheme finds that
+// it may be shown.
+func UnknownScheme(rawURL string) string {
+	if scheme, ok := Scheme(rawURL); ok {
+		return fmt.Sprintf("unknown store scheme %q", scheme)
+	}
+	return "unknown store scheme (not shown: the store URL may hold a password)"
+}
+
+// WellFormedScheme reports whether s is a URL scheme as RFC 3986 writes
+// one: a letter, then letters, digits, "+", "-" or ".".
+func WellFormedScheme(s string) bool {
+	for i, r := range s {
+		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+		if !letter && (i == 0 || !(r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.')) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Errors of Check. They quote nothing of the URL.
+var (
+	ErrNoAuthority = errors.New(`want "//" after the scheme's ":"`)
+	ErrDelimiter   = errors.New(`a "/", "?" or "#" comes before the last "@": ` +
+		`percent-encode "/", "?", "#", "@" and ":" in the user name and password (%2F, %3F, %23, %40, %3A)`)
+	ErrEscape = errors.New(`a "%" in the user name or password does not start a %XX escape: write "%" as %25`)
+)
+
+// Check refuses a scheme://user:password@host/... URL whose user info a
+// URL parser (net/url, libpq, the MongoDB driver) would read otherwise than
+// URL hides it, so that neither a parser's error nor a host, port, path or
+// query taken from the URL can carry a piece of the password: a "/", "?"
+// or "#" before the last "@" (the parser ends the user info, and the host,
+// there), or a "%" in the user info that does not start a %XX escape (the
+// parser's error quotes it). Its errors quote nothing of the URL.
+func Check(rawURL string) error {
+	_, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return ErrNoAuthority
+	}
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return nil
+	}
+	userinfo := rest[:at]
+	if strings.ContainsAny(userinfo, "/?#") {
+		return ErrDelimiter
+	}
+	for i := strings.IndexByte(userinfo, '%'); i >= 0; i = strings.IndexByte(userinfo, '%') {
+		if i+2 >= len(userinfo) || !isHex(userinfo[i+1]) || !isHex(userinfo[i+2]) {
+			return ErrEscape
+		}
+		userinfo = userinfo[i+3:]
+	}
+	return nil
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// Retold returns an error that reads msg in place of err's text, which
+// quotes what it must not (or spans lines); errors.Is and errors.As still
+// reach err.
+func Retold(msg string, err error) error { return &retold{msg: msg, err: err} }
+
+type retold struct {
+	msg string
+	err error
+}
+
+func (e *retold) Error() string { return e.msg }
+func (e *retold) Unwrap() error { return e.err }

@@ -7,6 +7,7 @@ package testkit
 import (
 	"context"
 	"errors"
+	"flag"
 	"sync"
 	"testing"
 	"time"
@@ -135,4 +136,29 @@ func (c *CountingDriver) Calls() (gets, puts int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gets, c.puts
+}
+
+// WantCapabilities checks R11 on one of this module's drivers: it states
+// its capabilities (lease.DriverInfo), and what it states agrees with
+// lease.DriverHasCrossProcessCAS for its name.
+func WantCapabilities(t testing.TB, d lease.Driver) {
+	t.Helper()
+	if _, ok := d.(lease.DriverInfo); !ok {
+		t.Fatalf("the %s driver does not state its capabilities (DriverInfo)", d.Name())
+	}
+	if got, want := lease.DriverCapabilities(d).CrossProcess, lease.DriverHasCrossProcessCAS(d.Name()); got != want {
+		t.Fatalf("the %s driver states CrossProcess %v; DriverHasCrossProcessCAS says %v", d.Name(), got, want)
+	}
+}
+
+// Checks is n, or 0 (rapid's own -rapid.checks) when that flag was given:
+// the rapid tests run n checks in `go test`, and as many as asked in
+// `make model`.
+func Checks(n int) int {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "rapid.checks" })
+	if given {
+		return 0
+	}
+	return n
 }

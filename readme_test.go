@@ -16,7 +16,7 @@ func TestReadmeSnippetsAreExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sources := []string{"example_test.go", "example_hold_test.go"}
+	sources := []string{"example_test.go", "example_hold_test.go", "sqlite/example_test.go"}
 	more, err := filepath.Glob("examples/*/*.go")
 	if err != nil {
 		t.Fatal(err)

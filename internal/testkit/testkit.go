@@ -1,7 +1,9 @@
 // Package testkit holds the small helpers that the driver packages' tests
-// share: stores on a fake clock, and checks of the contract's errors. The
-// package lease's own tests have their own (they cannot import a package
-// that imports lease).
+// share: stores on a fake clock, checks of the contract's errors and of a
+// driver's capabilities, a driver that counts round trips (TripCounter),
+// and waits whose patience scales with the test's deadline (Patient,
+// WaitFor). Package lease's external tests use it too; its internal tests
+// cannot (it imports lease).
 package testkit
 
 import (

@@ -4,9 +4,14 @@ GO ?= go
 
 # test: what CI runs (.ci/run). Vet and format first, then every test under
 # -race; ./internal/depcheck among them checks that package lease links no
-# database library and each driver package only its own.
+# database library and each driver package only its own. Each package's
+# test binary gets TEST_TIMEOUT (go test applies -timeout per package):
+# the slowest, a driver package with its server, takes a few minutes on a
+# quiet 2-core machine, and its tests wait for counts and events, not for
+# the machine to be idle.
+TEST_TIMEOUT ?= 15m
 test: vet mutants
-	$(GO) test -race -count=1 -shuffle=on ./...
+	$(GO) test -race -count=1 -shuffle=on -timeout=$(TEST_TIMEOUT) ./...
 
 vet:
 	@unformatted=$$(gofmt -l . | grep -v '^testdata/'); \
@@ -18,12 +23,13 @@ vet:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=1 -timeout=30m ./...
 
-# model: the rapid model tests (leasetest.TestModel, and leasetest.TestHeldModel of the Held
-# layer, under -race) with more checks than `make test` runs.
+# model: the rapid model tests (leasetest.TestModel in every package's
+# TestContract, and leasetest.TestHeldModel of the Held layer, under -race)
+# with more checks than `make test` runs.
+MODEL_PACKAGES = . ./sqlite ./postgres ./mongodb
 model:
-	$(GO) test -count=1 -run='^TestContract$$//^R2-R7_model$$' -rapid.checks=1000 .
-	$(GO) test -count=1 -run='^TestModel$$' -rapid.checks=1000 .
-	$(GO) test -race -count=1 -timeout=30m -run='^TestHeldModel$$' -rapid.checks=1000 .
+	$(GO) test -count=1 -timeout=60m -run='^TestContract$$//^R2-R7_model$$' -rapid.checks=1000 $(MODEL_PACKAGES)
+	$(GO) test -race -count=1 -timeout=30m -run='^TestHeldModel$$' -rapid.checks=1000 . ./sqlite
 
 # mutants: the project's own tests must catch every deliberately broken
 # variant in mutant.go (R2, R4, R6, R7, R9, R10, R12, the local store, Hold).

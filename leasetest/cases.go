@@ -323,6 +323,40 @@ var storeCases = []storeCase{
 			t.Fatalf("Holder = %+v, %v; want epoch 2", rec, err)
 		}
 	}},
+	{name: "R3 Record reads a key's record whatever its state, and changes nothing", needsExpiry: true, run: func(t *testing.T, e env) {
+		a, raw := e.store("alice"), e.rawStore("bob")
+		b, ok := raw.(recordReader)
+		if !ok {
+			t.Skip("the store has no Record method")
+		}
+		key := e.ns + "k"
+		if _, err := b.Record(ctxBG, key); !errors.Is(err, lease.ErrNotFound) {
+			t.Fatalf("Record of a key never written = %v; want ErrNotFound", err)
+		}
+		if _, err := b.Record(ctxBG, e.ns+"a//b"); !errors.Is(err, lease.ErrInvalidKey) {
+			t.Fatalf("Record of an invalid key = %v; want ErrInvalidKey", err)
+		}
+		wantRecord := func(state, owner string, epoch uint64, released bool) {
+			t.Helper()
+			rec, err := b.Record(ctxBG, key)
+			if err != nil || rec.Owner != owner || rec.Epoch != epoch || rec.Released != released {
+				t.Fatalf("Record of a %s key = %+v, %v; want %s's epoch %d, released %v", state, rec, err, owner, epoch, released)
+			}
+		}
+		g := mustAcquire(t, a, "k")
+		wantRecord("live", "alice", 1, false)
+		wantErr(t, "Release", a.Release(ctxBG, g), nil)
+		wantRecord("released", "alice", 1, true)
+		g = mustAcquire(t, a, "k") // and alice dies holding it
+		e.clock.Set(g.ExpiresAt)
+		if _, err := b.Holder(ctxBG, key); !errors.Is(err, lease.ErrNotFound) {
+			t.Fatalf("Holder of an expired key = %v; want ErrNotFound", err)
+		}
+		wantRecord("expired", "alice", 2, false)
+		if g, err := raw.Acquire(ctxBG, key); err != nil || g.Epoch != 3 || !g.PreviousUnclean {
+			t.Fatalf("Acquire after Record = %+v, %v; want epoch 3, PreviousUnclean", g, err)
+		}
+	}},
 	{name: "R5 many goroutines on two stores: only grants, ErrHeld and ErrLost", run: func(t *testing.T, e env) {
 		stores := []lease.Store{e.store("alice"), e.store("bob")}
 		var wg sync.WaitGroup
@@ -444,4 +478,11 @@ func raceRounds(t *testing.T, e env, n, rounds int) {
 		}
 		wantErr(t, "winner's Release", winner.Release(ctxBG, w), nil)
 	}
+}
+
+// recordReader is a store that reads a key's record whatever its state
+// (lease.DocumentStore and lease.LocalStore have Record).
+type recordReader interface {
+	lease.Store
+	Record(ctx context.Context, key string) (lease.Record, error)
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +11,6 @@ import (
 )
 
 var ctxBG = context.Background()
-
-// TestMain stops every PostgreSQL server the tests started, whatever the
-// result.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgserver.Cleanup()
-	os.Exit(code)
-}
 
 // TestStoreChild is the store child's entry point (package childproc);
 // run directly it does nothing.

@@ -12,13 +12,13 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/internal/pgserver"
+	"github.com/leasekit/lease/internal/testkit"
 )
 
 // TestPostgresOpenURLParameters: postgres.Open itself (not only
@@ -242,7 +242,7 @@ func TestPostgresManyHoldsFewConnections_R9(t *testing.T) {
 		d.db.SetMaxIdleConns(50)
 		occupiers := occupyAllConnections(t, srv)
 		holdManyAndCheck(t, s, d, obs, func() {
-			waitFor(t, "3 storage calls refused with too many clients", func() bool { return obs.tooMany.Load() >= 3 })
+			testkit.WaitFor(t, "3 storage calls refused with too many clients", func() bool { return obs.tooMany.Load() >= 3 })
 			// Free 5 slots only: fewer than the pool would open.
 			for _, c := range occupiers[:5] {
 				c.Close(ctxBG)
@@ -255,7 +255,7 @@ func TestPostgresManyHoldsFewConnections_R9(t *testing.T) {
 		d, s, obs := openManyHoldsStore(t, srv, "refused")
 		srv.Stop()
 		holdManyAndCheck(t, s, d, obs, func() {
-			waitFor(t, "3 storage calls with their connection refused", func() bool { return obs.refused.Load() >= 3 })
+			testkit.WaitFor(t, "3 storage calls with their connection refused", func() bool { return obs.refused.Load() >= 3 })
 			if err := srv.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -323,8 +323,7 @@ func occupyAllConnections(t *testing.T, srv *pgserver.Server) []*pgx.Conn {
 // grant is the row in the table, and that ReleaseAll frees them all.
 func holdManyAndCheck(t *testing.T, s *lease.DocumentStore, d *postgresDriver, obs *manyHoldsObserver, during func()) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctxBG, 2*time.Minute) // a guard against a hang, not a measure
-	defer cancel()
+	ctx := testkit.Patient(t) // a guard against a hang, not a measure: as long as the test may run
 	const holds, each = 100, 2000
 	var (
 		mu    sync.Mutex
@@ -397,18 +396,5 @@ func holdManyAndCheck(t *testing.T, s *lease.DocumentStore, d *postgresDriver, o
 	}
 	if n := pgCount(t, d.db, `SELECT count(*) FROM `+d.table+` WHERE NOT released`); n != 0 {
 		t.Fatalf("%d keys still held after ReleaseAll", n)
-	}
-}
-
-// waitFor polls cond (a condition, not the passing of time) until it
-// holds, failing after a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within a minute", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling for the condition
 	}
 }

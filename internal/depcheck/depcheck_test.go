@@ -30,22 +30,24 @@ func goCmd(t *testing.T) string {
 	return bin
 }
 
-// deps lists the packages that pkg links, itself included.
-func deps(t *testing.T, pkg string) []string {
+// deps lists the packages that pkg links, itself included; with flags
+// (-test) as go list takes them.
+func deps(t *testing.T, pkg string, flags ...string) []string {
 	t.Helper()
-	out, err := exec.Command(goCmd(t), "list", "-deps", pkg).CombinedOutput()
+	args := append(append([]string{"list", "-deps"}, flags...), pkg)
+	out, err := exec.Command(goCmd(t), args...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		t.Fatalf("go %v: %v\n%s", args, err, out)
 	}
 	return strings.Fields(string(out))
 }
 
 // linked returns the database libraries that pkg links, by driver name,
-// with one package of each as evidence.
-func linked(t *testing.T, pkg string) map[string]string {
+// with one package of each as evidence; flags are deps'.
+func linked(t *testing.T, pkg string, flags ...string) map[string]string {
 	t.Helper()
 	found := map[string]string{}
-	for _, p := range deps(t, pkg) {
+	for _, p := range deps(t, pkg, flags...) {
 		for driver, prefix := range libraries {
 			if strings.HasPrefix(p, prefix) && found[driver] == "" {
 				found[driver] = p

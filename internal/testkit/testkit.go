@@ -1,12 +1,15 @@
 // Package testkit holds the small helpers that the driver packages' tests
-// share: stores on a fake clock, and checks of the contract's errors. The
-// package lease's own tests have their own (they cannot import a package
-// that imports lease).
+// share: stores on a fake clock, checks of the contract's errors and of a
+// driver's capabilities, a driver that counts round trips (TripCounter),
+// and waits whose patience scales with the test's deadline (Patient,
+// WaitFor). Package lease's external tests use it too; its internal tests
+// cannot (it imports lease).
 package testkit
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"sync"
 	"testing"
 	"time"
@@ -135,4 +138,29 @@ func (c *CountingDriver) Calls() (gets, puts int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gets, c.puts
+}
+
+// WantCapabilities checks R11 on one of this module's drivers: it states
+// its capabilities (lease.DriverInfo), and what it states agrees with
+// lease.DriverHasCrossProcessCAS for its name.
+func WantCapabilities(t testing.TB, d lease.Driver) {
+	t.Helper()
+	if _, ok := d.(lease.DriverInfo); !ok {
+		t.Fatalf("the %s driver does not state its capabilities (DriverInfo)", d.Name())
+	}
+	if got, want := lease.DriverCapabilities(d).CrossProcess, lease.DriverHasCrossProcessCAS(d.Name()); got != want {
+		t.Fatalf("the %s driver states CrossProcess %v; DriverHasCrossProcessCAS says %v", d.Name(), got, want)
+	}
+}
+
+// Checks is n, or 0 (rapid's own -rapid.checks) when that flag was given:
+// the rapid tests run n checks in `go test`, and as many as asked in
+// `make model`.
+func Checks(n int) int {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "rapid.checks" })
+	if given {
+		return 0
+	}
+	return n
 }

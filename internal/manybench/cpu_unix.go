@@ -1,19 +1,14 @@
 //go:build unix
 
-package lease
+package manybench
 
 import (
 	"syscall"
 	"time"
 )
 
-// getrusage, for the many-keys benchmarks.
-func init() {
-	processCPU = rusageCPU
-}
-
-// rusageCPU is this process's user and system CPU time.
-func rusageCPU() time.Duration {
+// processCPU is this process's user and system CPU time.
+func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

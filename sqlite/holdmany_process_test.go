@@ -1,10 +1,9 @@
 //go:build unix
 
-package lease
+package sqlite
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/internal/testkit"
 )
 
 // The profile-host tests: a real process holds a few hundred keys through
@@ -45,13 +47,13 @@ func TestManyChild(t *testing.T) {
 	if path == "" {
 		return
 	}
-	s, err := Open(ctxBG, "sqlite:"+path, WithOwner("node-a"), WithTTL(manyTTL))
+	s, err := lease.Open(ctxBG, "sqlite:"+path, lease.WithOwner("node-a"), lease.WithTTL(manyTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	for i := range manyKeys {
-		if _, err := Hold(ctxBG, s, manyKey(i), FailIfHeld()); err != nil {
+		if _, err := lease.Hold(ctxBG, s, manyKey(i), lease.FailIfHeld()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,15 +103,16 @@ func waitLine(t *testing.T, lines *bufio.Scanner, want string) {
 }
 
 // waitAll starts one Hold per key on s, all waiting while the child holds
-// them, and returns a function that collects their grants.
-func waitAll(t *testing.T, s Store) func() []Grant {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	t.Cleanup(cancel)
-	grants := make([]Grant, manyKeys)
+// them, and returns a function that collects their grants. The Holds wait
+// as long as the test may run (testkit.Patient), not a fixed time: on a
+// loaded machine the takeover of every key can take long.
+func waitAll(t *testing.T, s lease.Store) func() []lease.Grant {
+	ctx := testkit.Patient(t)
+	grants := make([]lease.Grant, manyKeys)
 	var wg sync.WaitGroup
 	for i := range manyKeys {
 		wg.Go(func() {
-			h, err := Hold(ctx, s, manyKey(i))
+			h, err := lease.Hold(ctx, s, manyKey(i))
 			if err != nil {
 				t.Errorf("Hold(%s) = %v", manyKey(i), err)
 				return
@@ -117,46 +120,20 @@ func waitAll(t *testing.T, s Store) func() []Grant {
 			grants[i] = h.Grant()
 		})
 	}
-	return func() []Grant { wg.Wait(); return grants }
+	return func() []lease.Grant { wg.Wait(); return grants }
 }
 
 // waitersBlocked waits until every Hold has looked once and found its key
-// held: the keeper of s has a waiter for each key.
-func waitersBlocked(t *testing.T, s *DocumentStore) {
+// held: the store has read every key.
+func waitersBlocked(t *testing.T, c *testkit.TripCounter) {
 	t.Helper()
-	k := keeperFor(s)
-	for range 12000 {
-		if lookedWaiters(k) == manyKeys {
-			return
-		}
-		time.Sleep(5 * time.Millisecond) // polling for the waiters to register, not for time to pass
-	}
-	t.Fatalf("%d of %d Holds started waiting", lookedWaiters(k), manyKeys)
+	testkit.WaitFor(t, fmt.Sprintf("all %d Holds to look at their keys", manyKeys), func() bool { return c.KeysRead() == manyKeys })
 }
 
-// lookedWaiters counts the waiters of k that have looked at least once.
-func lookedWaiters(k *keeper) int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	n := 0
-	for _, ws := range k.queues {
-		for _, w := range ws {
-			if w.looked {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-func manyStore(t *testing.T, path string) (*DocumentStore, *tripCounter) {
-	d, err := OpenSQLiteForTest(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	c := &tripCounter{Driver: d}
-	s, err := NewDocumentStore(c, WithOwner("node-b"), WithTTL(manyTTL))
+// manyStore opens node-b's store on path, counting its round trips.
+func manyStore(t *testing.T, path string) (*lease.DocumentStore, *testkit.TripCounter) {
+	c := &testkit.TripCounter{Driver: openSQLiteAt(t, path)}
+	s, err := lease.NewDocumentStore(c, lease.WithOwner("node-b"), lease.WithTTL(manyTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,12 +149,12 @@ func TestManyReleaseAllAcrossProcesses(t *testing.T) {
 	_, say, lines := manyChild(t, path)
 	s, c := manyStore(t, path)
 	collect := waitAll(t, s)
-	waitersBlocked(t, s)
-	c.take()
+	waitersBlocked(t, c)
+	c.Take()
 	say(manyReleaseIn)
 	waitLine(t, lines, "released")
 	grants := collect()
-	if trips := c.take(); trips > maxTakeoverTrips {
+	if trips := c.Take().Trips; trips > maxTakeoverTrips {
 		t.Errorf("taking %d released keys cost %d round trips; want a few batches", manyKeys, trips)
 	}
 	for _, g := range grants {
@@ -198,14 +175,14 @@ func TestManyTakeoverAfterKill(t *testing.T) {
 	cmd, _, _ := manyChild(t, path)
 	s, c := manyStore(t, path)
 	collect := waitAll(t, s)
-	waitersBlocked(t, s)
+	waitersBlocked(t, c)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	c.take()
+	c.Take()
 	grants := collect()
-	if trips := c.take(); trips > maxTakeoverTrips {
+	if trips := c.Take().Trips; trips > maxTakeoverTrips {
 		t.Errorf("taking over %d keys of a dead node cost %d round trips; want a few batches", manyKeys, trips)
 	}
 	for _, g := range grants {

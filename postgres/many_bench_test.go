@@ -1,0 +1,95 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/internal/manybench"
+	"github.com/leasekit/lease/internal/pgserver"
+)
+
+// The many-keys benchmarks (package manybench) on a fresh table of the
+// shared server, beside the floor: n guarded writes (postgresFloorUpdate)
+// on rows of their own, one UPDATE statement per postgresMaxBatch rows.
+var manyPostgres = manybench.Backend{Name: "postgres", Sizes: manybench.Sizes, Open: openPostgresMany}
+
+// Each benchmark is package manybench's of the same name: see there for
+// what it measures and reports.
+
+func BenchmarkManyRenewal(b *testing.B)    { manybench.Renewal(b, manyPostgres) }
+func BenchmarkManyReleaseAll(b *testing.B) { manybench.ReleaseAll(b, manyPostgres) }
+func BenchmarkManyWaiting(b *testing.B)    { manybench.Waiting(b, manyPostgres) }
+func BenchmarkStartup(b *testing.B)        { manybench.Startup(b, manyPostgres) }
+func BenchmarkHeldSteady(b *testing.B)     { manybench.HeldSteady(b, manyPostgres) }
+
+// postgresFloorUpdate is the least a PostgreSQL renewal of many keys
+// costs: one UPDATE of the rows named by arrays of keys and versions, each
+// row guarded by its version and by the driver's parse guard, and nothing
+// returned but the count.
+func postgresFloorUpdate(table string) string {
+	return `UPDATE ` + pgx.Identifier{table}.Sanitize() + ` AS l SET owner = 'floor', epoch = 1, expires = $3, released = false,
+		version = w.version + 1
+	FROM unnest($1::text[], $2::bigint[]) AS w(key, version)
+	WHERE l.key = w.key AND l.version = w.version AND CASE WHEN octet_length(l.owner) BETWEEN 1 AND 256 AND l.owner !~ '[^!-~]'
+	AND l.epoch BETWEEN 1 AND 18446744073709551615 AND isfinite(l.expires) AND l.released IS NOT NULL THEN true ELSE false END`
+}
+
+func openPostgresMany(b *testing.B, n int) manybench.Rig {
+	table := pgserver.FreshTable(b)
+	d := newDriverOn(b, pgserver.SharedDB(b), table)
+	ctx := context.Background()
+	conn, err := pgserver.SharedDB(b).Conn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	_, err = conn.ExecContext(ctx, `INSERT INTO `+pgx.Identifier{table}.Sanitize()+
+		` (key, owner, epoch, expires, released, version)
+		SELECT 'floor:' || lpad(i::text, 6, '0'), 'floor', 1, now() + interval '1 minute', false, 1
+		FROM generate_series(0, $1 - 1) AS i`, n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	version := int64(1)
+	floor := func(b *testing.B) time.Duration {
+		start := time.Now()
+		if err := pgFloorBatch(conn, postgresFloorUpdate(table), n, version); err != nil {
+			b.Fatal(err)
+		}
+		version++
+		return time.Since(start)
+	}
+	return manybench.Rig{Driver: d, TTL: lease.DefaultTTL, Floor: floor}
+}
+
+// pgFloorBatch writes the floor's n rows at version with update,
+// postgresMaxBatch rows a statement (each its own transaction, as the
+// driver's are), and checks that each row changed.
+func pgFloorBatch(conn *sql.Conn, update string, n int, version int64) error {
+	return conn.Raw(func(dc any) error {
+		pc := dc.(*stdlib.Conn).Conn()
+		expires := time.Now().Add(time.Minute)
+		for at := 0; at < n; at += postgresMaxBatch {
+			end := min(at+postgresMaxBatch, n)
+			keys, versions := make([]string, 0, end-at), make([]int64, 0, end-at)
+			for i := at; i < end; i++ {
+				keys, versions = append(keys, manybench.FloorKey(i)), append(versions, version)
+			}
+			tag, err := pc.Exec(context.Background(), update, keys, versions, expires)
+			if err == nil && tag.RowsAffected() != int64(end-at) {
+				err = fmt.Errorf("floor update of %d rows at version %d changed %d", end-at, version, tag.RowsAffected())
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

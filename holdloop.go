@@ -242,10 +242,11 @@ func (k *keeper) poke() {
 	}
 }
 
-// newHeldLocked makes the live Held of g for waiter w, whose acquire
-// began at start, and schedules its renewals.
-func (k *keeper) newHeldLocked(w *waiter, g Grant, start time.Time, renew, margin time.Duration) *Held {
-	h := &Held{s: k.s, k: k, key: g.Key, grant: g, renew: renew, margin: margin}
+// newHeldLocked makes the live Held of g for waiter w, kept as p plans,
+// and schedules its renewals. g came from a call sent at sent: an acquire,
+// or a renewal (renewal) of a short grant.
+func (k *keeper) newHeldLocked(w *waiter, g Grant, sent time.Time, renewal bool, p holdPlan) *Held {
+	h := &Held{s: k.s, k: k, key: g.Key, grant: g, renew: p.renew, margin: p.margin, ttl: p.ttl}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(w.ctx))
 	k.helds[g.Key] = h
 	if sp, ok := k.spent[g.Key]; ok && sp.Epoch < g.Epoch {
@@ -255,7 +256,7 @@ func (k *keeper) newHeldLocked(w *waiter, g Grant, start time.Time, renew, margi
 		hw.watchHeld(g) // before h is handed out: a loss from now on ends it
 	}
 	if !g.ExpiresAt.IsZero() {
-		k.scheduleLocked(h, g, start)
+		k.scheduleLocked(h, g, sent, renewal)
 		k.startLocked()
 		k.poke()
 	}
@@ -263,15 +264,18 @@ func (k *keeper) newHeldLocked(w *waiter, g Grant, start time.Time, renew, margi
 }
 
 // scheduleLocked plans h's next renewal and deadline after a grant g
-// obtained by a call that began at start. The deadline is on the
-// monotonic clock, so a step of the wall clock cannot move it (R8).
-func (k *keeper) scheduleLocked(h *Held, g Grant, start time.Time) {
+// obtained by a call sent at sent, a renewal or an acquire. The deadline
+// is R8's (grantDeadline), on the monotonic clock.
+func (k *keeper) scheduleLocked(h *Held, g Grant, sent time.Time, renewal bool) {
 	if g.ExpiresAt.IsZero() {
 		return // never expires: nothing to renew
 	}
-	deadline := start.Add(g.ExpiresAt.Sub(start) - h.margin)
+	deadline := grantDeadline(g, sent, h.ttl, h.margin, renewal)
+	h.mu.Lock()
+	h.deadline = deadline
+	h.mu.Unlock()
 	h.retry, h.renewErr = max(h.renew/8, time.Millisecond), nil
-	k.joinLocked(h, earliest(start.Add(h.renew), deadline.Add(-h.renew/4)), deadline)
+	k.joinLocked(h, earliest(sent.Add(h.renew), deadline.Add(-h.renew/4)), deadline)
 }
 
 // endLocked ends h with cause (loss: the lease was lost rather than given
@@ -342,15 +346,15 @@ func (k *keeper) giveUpGrants(gs []Grant) {
 	}
 }
 
-// renewed installs a grant renewed by a call that began at start, and
-// reports whether h still holds (false: it ended meanwhile).
-func (k *keeper) renewed(h *Held, next Grant, start time.Time) bool {
+// renewed installs a grant renewed by a call sent at sent, and reports
+// whether h still holds (false: it ended meanwhile).
+func (k *keeper) renewed(h *Held, next Grant, sent time.Time) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if !h.install(next) {
 		return false
 	}
-	k.scheduleLocked(h, next, start)
+	k.scheduleLocked(h, next, sent, true)
 	return true
 }
 
@@ -648,7 +652,7 @@ func (k *keeper) answerRenewalsLocked(batch []*Held, results []grantResult, star
 		if r.err == nil {
 			if h.install(r.g) { // else it ended meanwhile
 				h.ticket = r.ticket
-				k.scheduleLocked(h, r.g, start)
+				k.scheduleLocked(h, r.g, start, true)
 			}
 			continue
 		}

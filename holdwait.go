@@ -83,6 +83,9 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 		w := &waiter{key: key, cfg: cfg, ctx: ctx, ch: ch, backoff: holdMinBackoff, started: now, due: now, gather: gather}
 		k.queues[key] = append(k.queues[key], w)
 		k.promoteLocked(key, now)
+		if cfg.failIfHeld {
+			k.lookNowLocked(key, now)
+		}
 		ws = append(ws, w)
 	}
 	if len(ws) > 0 {
@@ -115,6 +118,17 @@ func (k *keeper) promoteLocked(key string, now time.Time) {
 	}
 	k.looks.set(w)
 	k.startLocked()
+}
+
+// lookNowLocked brings the next look at key forward to now, for a
+// FailIfHeld waiter: it is answered by the look of the key's first waiter
+// (R16), and must not wait for that waiter's backoff or poll.
+func (k *keeper) lookNowLocked(key string, now time.Time) {
+	w := k.queues[key][0]
+	if k.looks.scheduled(w) && w.due.After(now) {
+		w.due = now
+		k.looks.set(w)
+	}
 }
 
 // answerLocked answers w once, and reports the end of its wait.
@@ -296,6 +310,7 @@ func (k *keeper) look(batch []*waiter) {
 	start := time.Now()
 	results := acquireAll(ctx, k.s, keys, func(i int, r grantResult) { k.lookAnswered(batch[i], r) })
 	starts := make([]time.Time, len(batch))
+	renewed := make([]bool, len(batch)) // results[i] came from freshen's renewal
 	for i := range batch {
 		starts[i] = start
 	}
@@ -309,7 +324,7 @@ func (k *keeper) look(batch []*waiter) {
 	k.mu.Unlock()
 	eachAtOnce(len(short), func(j int) { // one key's slow renewal must not hold up the others'
 		i := short[j]
-		results[i].g, starts[i] = k.freshen(ctx, results[i].g, start)
+		results[i].g, starts[i], renewed[i] = k.freshen(ctx, results[i].g, start)
 	})
 	cancel()
 
@@ -321,7 +336,7 @@ func (k *keeper) look(batch []*waiter) {
 	k.roundSize = len(batch)
 	for i, w := range batch {
 		w.looking = false
-		if k.lookedLocked(w, results[i], starts[i]) {
+		if k.lookedLocked(w, results[i], starts[i], renewed[i]) {
 			watch = append(watch, w)
 		}
 	}
@@ -340,29 +355,25 @@ func (k *keeper) short(cfg holdConfig, g Grant, start time.Time) bool {
 	if g.ExpiresAt.IsZero() {
 		return false
 	}
-	ttl := storeTTL(k.s)
-	if ttl <= 0 {
-		ttl = g.ExpiresAt.Sub(start)
-	}
-	renew, margin, err := cfg.plan(ttl)
+	renew, margin, err := cfg.plan(k.grantTTL(g, start))
 	return err != nil || time.Until(g.ExpiresAt) <= renew+margin
 }
 
-// freshen renews a short grant g at once. It returns the grant to keep
-// and when the call that made it began.
-func (k *keeper) freshen(ctx context.Context, g Grant, start time.Time) (Grant, time.Time) {
+// freshen renews a short grant g at once. It returns the grant to keep,
+// when the call that made it was sent, and whether that was the renewal.
+func (k *keeper) freshen(ctx context.Context, g Grant, start time.Time) (Grant, time.Time, bool) {
 	now := time.Now()
 	if next, err := k.s.Renew(ctx, g); err == nil {
-		return next, now
+		return next, now, true
 	}
-	return g, start // grantedLocked finds it too short and looks again later
+	return g, start, false // grantedLocked finds it too short and looks again later
 }
 
 // lookedLocked handles one key's look: a grant goes to the key's first
 // waiter still waiting (or back to the store if none is), a held key or a
 // storage error schedules the next look, anything else answers the
 // waiter. It reports whether w should start watching for releases.
-func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time) (watch bool) {
+func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time, renewal bool) (watch bool) {
 	gaveBack := w.gaveBack
 	w.got, w.gaveBack = nil, false
 	if k.stopped {
@@ -373,7 +384,7 @@ func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time) (watch 
 		return false
 	}
 	if r.err == nil {
-		k.grantedLocked(w, r.g, start)
+		k.grantedLocked(w, r.g, start, renewal)
 		return false
 	}
 	if w.gone {
@@ -387,26 +398,24 @@ func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time) (watch 
 	if !w.waiting && retryable(r.err) && !w.cfg.failIfHeld {
 		w.waiting, w.waitSince = true, k.observeWaitStart(w.key)
 	}
+	k.failWaitersBehindLocked(w, r.err)
 	if !retryable(r.err) || w.cfg.failIfHeld {
 		k.dequeueLocked(w)
 		k.answerLocked(w, HoldResult{Key: w.key, Err: r.err})
 		return false
 	}
-	k.failHeldWaitersLocked(w.key, r.err)
 	k.rescheduleLocked(w, r.err, time.Now())
 	return !w.watched && errors.Is(r.err, ErrHeld)
 }
 
-// failHeldWaitersLocked answers the FailIfHeld waiters of key that queue
-// behind its first waiter, now that a look found the key held.
-func (k *keeper) failHeldWaitersLocked(key string, err error) {
-	if !errors.Is(err, ErrHeld) {
-		return
-	}
-	for _, o := range slices.Clone(k.queues[key][1:]) {
-		if o.cfg.failIfHeld {
+// failWaitersBehindLocked answers the FailIfHeld waiters that queue
+// behind w, the first waiter of its key, with err, what w's look found: a
+// FailIfHeld Hold makes one look, and the first waiter's serves it.
+func (k *keeper) failWaitersBehindLocked(w *waiter, err error) {
+	for _, o := range slices.Clone(k.queues[w.key]) {
+		if o != w && o.cfg.failIfHeld {
 			k.dequeueLocked(o)
-			k.answerLocked(o, HoldResult{Key: key, Err: err})
+			k.answerLocked(o, HoldResult{Key: w.key, Err: err})
 		}
 	}
 }
@@ -415,7 +424,7 @@ func (k *keeper) failHeldWaitersLocked(key string, err error) {
 // its key that still waits, or gives it back. A grant that a Held of this
 // store had already (the store kept it after a failed release, R4c) is
 // never handed on: each Held gets a grant of its own (R16).
-func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time) {
+func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time, renewal bool) {
 	key := w.key
 	if w.gone {
 		k.dequeueLocked(w)
@@ -439,7 +448,7 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time) {
 		return
 	}
 	to := ws[0]
-	renew, margin, deadline, err := k.planLocked(to.cfg, g, start)
+	p, deadline, err := k.planLocked(to.cfg, g, start, renewal)
 	switch {
 	case err != nil:
 		k.dequeueLocked(to)
@@ -450,7 +459,7 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time) {
 		// again once it has expired, and gets a new epoch then.
 		k.retryLocked(key, max(time.Until(g.ExpiresAt), holdMinBackoff))
 	default:
-		h := k.newHeldLocked(to, g, start, renew, margin) // first: the next waiter must see the key held
+		h := k.newHeldLocked(to, g, start, renewal, p) // first: the next waiter must see the key held
 		k.dequeueLocked(to)
 		k.answerLocked(to, HoldResult{Key: key, Held: h})
 		k.failQueuedLocked(key, h)
@@ -476,21 +485,28 @@ func (k *keeper) retryLocked(key string, wait time.Duration) {
 	}
 }
 
-// planLocked returns a Held's renewal interval, margin and deadline for g,
-// acquired by a call that began at start; the deadline is zero for a
-// grant that never expires.
-func (k *keeper) planLocked(cfg holdConfig, g Grant, start time.Time) (renew, margin time.Duration, deadline time.Time, err error) {
+// planLocked returns how a Held of g is to be kept, and its deadline; g
+// came from a call sent at sent, a renewal or an acquire. The deadline is
+// zero for a grant that never expires.
+func (k *keeper) planLocked(cfg holdConfig, g Grant, sent time.Time, renewal bool) (p holdPlan, deadline time.Time, err error) {
 	if g.ExpiresAt.IsZero() {
-		return 0, 0, time.Time{}, nil
+		return holdPlan{}, time.Time{}, nil
 	}
-	ttl := storeTTL(k.s)
-	if ttl <= 0 {
-		ttl = g.ExpiresAt.Sub(start)
+	p.ttl = k.grantTTL(g, sent)
+	if p.renew, p.margin, err = cfg.plan(p.ttl); err != nil {
+		return holdPlan{}, time.Time{}, err
 	}
-	if renew, margin, err = cfg.plan(ttl); err != nil {
-		return 0, 0, time.Time{}, err
+	return p, grantDeadline(g, sent, p.ttl, p.margin, renewal), nil
+}
+
+// grantTTL is the TTL the store grants: the one it states, else the one
+// g, obtained by a call sent at sent, measures (a store that does not
+// state its TTL is taken at its word once, at a Held's first grant).
+func (k *keeper) grantTTL(g Grant, sent time.Time) time.Duration {
+	if ttl := storeTTL(k.s); ttl > 0 {
+		return ttl
 	}
-	return renew, margin, start.Add(g.ExpiresAt.Sub(start) - margin), nil
+	return g.ExpiresAt.Sub(sent)
 }
 
 // giveBackTries bounds how often a grant nobody waits for is released.

@@ -40,7 +40,7 @@ func (sv supervisor) run(h holding, argv []string) int {
 	if sv.subreaper { // if the guard is killed, COMMAND's orphans come here to be killed
 		setSubreaper()
 	}
-	cmd, orders, err := sv.startGuard(h.Grant(), argv)
+	cmd, orders, err := sv.startGuard(h, argv)
 	if err != nil {
 		sv.release(h)
 		return fail(sv.stderr, exitNoExec, "cannot start the guard for %s: %v", argv[0], err)
@@ -63,7 +63,7 @@ func (sv supervisor) run(h holding, argv []string) int {
 		case <-renewals.ticks():
 			if g := h.Grant(); !g.ExpiresAt.Equal(renewals.seen) {
 				renewals.seen = g.ExpiresAt
-				_, _ = orders.Write(deadlineOrder(sv.deadline(g)))
+				_, _ = orders.Write(deadlineOrder(sv.deadline(h)))
 			}
 		case sig := <-sv.sigc:
 			s, _ := sig.(syscall.Signal)
@@ -110,7 +110,8 @@ func (sv supervisor) run(h holding, argv []string) int {
 // its control pipe, on which each byte is an order: orderStop or a signal
 // to forward. The guard gets the read end as descriptor 3 and copies of
 // the store's lock files as 4 and up; COMMAND gets none of them.
-func (sv supervisor) startGuard(g lease.Grant, argv []string) (*exec.Cmd, *os.File, error) {
+func (sv supervisor) startGuard(h holding, argv []string) (*exec.Cmd, *os.File, error) {
+	g := h.Grant()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
@@ -126,7 +127,7 @@ func (sv supervisor) startGuard(g lease.Grant, argv []string) (*exec.Cmd, *os.Fi
 	}
 	args := append(sv.guard[1:len(sv.guard):len(sv.guard)],
 		"--grace", sv.grace.String(),
-		"--deadline", strconv.FormatInt(sv.deadline(g), 10),
+		"--deadline", strconv.FormatInt(sv.deadline(h), 10),
 		"--parent", strconv.Itoa(os.Getpid()),
 		"--locks", strconv.Itoa(len(locks)))
 	if inForeground(0) {

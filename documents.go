@@ -25,6 +25,9 @@ type DocumentStore struct {
 	holds keeperSlot    // Hold's loop for this store
 	done  chan struct{} // closed by Close (R15)
 
+	scratchMu sync.Mutex
+	scratch   []*batchScratch // kept for the next batched renewals
+
 	mu      sync.Mutex                // guards the four fields below
 	held    map[string]*heldGrant     // grants this instance holds, by key; an entry changes in place, under its key's lock
 	pending map[string][]pendingWrite // writes whose outcome is still unknown (R9), by key, oldest first

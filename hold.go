@@ -299,23 +299,6 @@ func (k *keeper) nextAfterEnd(ctx context.Context, ws []*waiter, ch chan HoldRes
 	return <-ch // every waiter was answered: the answers are in ch
 }
 
-// giveBackUnyielded releases the Helds that HoldEach got but its caller
-// no longer wanted.
-func giveBackUnyielded(ch chan HoldResult) {
-	for {
-		select {
-		case r := <-ch:
-			if r.Held != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-				r.Held.Release(ctx) // if it fails, the grant expires as a crashed holder's would
-				cancel()
-			}
-		default:
-			return
-		}
-	}
-}
-
 // uniqueValidKeys splits keys into the ones to hold, sorted, and the
 // results of the others: invalid keys, and second mentions of a key. The
 // keys are held and then renewed in the order given here, so that keys
@@ -388,14 +371,6 @@ func innermost(s Store) Store {
 		s = inner
 	}
 	return s
-}
-
-// storeTTL is the TTL of the grants s makes, when s says; 0 otherwise.
-func storeTTL(s Store) time.Duration {
-	if st, ok := s.(interface{ ttl() time.Duration }); ok {
-		return st.ttl()
-	}
-	return 0
 }
 
 // retryable reports whether waiting may cure err: the key is held, or
@@ -537,9 +512,7 @@ func (h *Held) Release(ctx context.Context) error {
 	if h.released {
 		return h.releaseErr
 	}
-	g := h.k.giveUp(h)
-	err := h.s.Release(ctx, g)
-	h.k.settled(g, err)
+	err := h.k.release(ctx, h)
 	if err == nil || errors.Is(err, ErrLost) {
 		h.released, h.releaseErr = true, err
 	}

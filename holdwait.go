@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -45,12 +44,6 @@ type waiter struct {
 // alone looks at once (the first of a burst too; the rest gather behind
 // it). HoldEach's keys, and FailIfHeld Holds, look at once.
 const gatherWindow = time.Millisecond
-
-// releaseWatcher is a store that can tell at once when a key may have
-// become free (the local store, through the kernel).
-type releaseWatcher interface {
-	watchRelease(key string, wake func()) (stop func(), err error)
-}
 
 // enqueue makes a waiter for each key, answering on ch, and returns the
 // waiters it queued; a key it could answer at once (the store closed, or
@@ -95,12 +88,6 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 	return ws
 }
 
-// ownHeldError is the *HeldError a FailIfHeld Hold gets for a key that a
-// Held of its own store holds (R16).
-func ownHeldError(g Grant) error {
-	return &HeldError{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, ExpiresAt: g.ExpiresAt}
-}
-
 // promoteLocked lets the first waiter of key look, if the key has no live
 // Held here and no write giving it up is in flight.
 func (k *keeper) promoteLocked(key string, now time.Time) {
@@ -109,14 +96,14 @@ func (k *keeper) promoteLocked(key string, now time.Time) {
 		return
 	}
 	w := ws[0]
-	if w.looking || k.looks.scheduled(w) {
+	if w.looking || k.looks.Scheduled(w) {
 		return
 	}
 	w.due = now // first in line, or the Held it queued behind has ended
 	if !w.looked && w.gather {
 		w.due = now.Add(gatherWindow) // concurrent Holds share their first look
 	}
-	k.looks.set(w)
+	k.looks.Set(w)
 	k.startLocked()
 }
 
@@ -125,9 +112,9 @@ func (k *keeper) promoteLocked(key string, now time.Time) {
 // (R16), and must not wait for that waiter's backoff or poll.
 func (k *keeper) lookNowLocked(key string, now time.Time) {
 	w := k.queues[key][0]
-	if k.looks.scheduled(w) && w.due.After(now) {
+	if k.looks.Scheduled(w) && w.due.After(now) {
 		w.due = now
-		k.looks.set(w)
+		k.looks.Set(w)
 	}
 }
 
@@ -148,7 +135,7 @@ func (k *keeper) answerLocked(w *waiter, r HoldResult) {
 // dequeueLocked takes w out of its key's queue and schedules, and lets the
 // next waiter look.
 func (k *keeper) dequeueLocked(w *waiter) {
-	k.looks.remove(w)
+	k.looks.Remove(w)
 	ws := slices.DeleteFunc(k.queues[w.key], func(o *waiter) bool { return o == w })
 	if len(ws) == 0 {
 		delete(k.queues, w.key)
@@ -197,9 +184,9 @@ func (k *keeper) takeWokenLocked(now time.Time) {
 	}
 	k.wokenMu.Unlock()
 	for _, w := range woken {
-		if k.looks.scheduled(w) {
+		if k.looks.Scheduled(w) {
 			w.due = now
-			k.looks.set(w)
+			k.looks.Set(w)
 		}
 	}
 }
@@ -212,21 +199,21 @@ func (k *keeper) startLookLocked(now time.Time) {
 	if k.looking {
 		return
 	}
-	if r, ok := k.dues.first(); ok && !now.Before(r.due) {
+	if r, ok := k.dues.First(); ok && !now.Before(r.due) {
 		return // renewals first: every lane is busy and one is due
 	}
-	w, ok := k.looks.first()
+	w, ok := k.looks.First()
 	if !ok || now.Before(w.due) {
 		return
 	}
 	limit := k.lookLimitLocked()
 	var batch []*waiter
 	for len(batch) < limit {
-		w, ok := k.looks.first()
+		w, ok := k.looks.First()
 		if !ok || w.due.Sub(now) > w.backoff/2 {
 			break
 		}
-		k.looks.pop()
+		k.looks.Pop()
 		w.looking = true
 		batch = append(batch, w)
 	}
@@ -248,7 +235,7 @@ func (k *keeper) lookLimitLocked() int {
 	if _, ok := k.s.(batchStore); !ok {
 		return unbatchedCalls
 	}
-	r, held := k.dues.first()
+	r, held := k.dues.First()
 	if !held || k.lookPerKey <= 0 {
 		return maxBatch
 	}
@@ -268,33 +255,6 @@ func acquireAll(ctx context.Context, s Store, keys []string, got func(i int, r g
 		got(i, out[i])
 	})
 	return out
-}
-
-// lookAnswered takes one key's answer as it comes, before the look's
-// other keys are answered: a grant whose waiter has left goes back at once
-// (giveBackIfLeftLocked); else the waiter keeps it until the look ends, in
-// case it leaves meanwhile.
-func (k *keeper) lookAnswered(w *waiter, r grantResult) {
-	if r.err != nil {
-		return
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	w.got = &r.g
-	k.giveBackIfLeftLocked(w)
-}
-
-// giveBackIfLeftLocked gives back the grant that w's look in flight got
-// when w has left and nothing else of the store wants the key, rather than
-// once the rest of the look's keys are answered: until then the key would
-// be held by nobody (R17).
-func (k *keeper) giveBackIfLeftLocked(w *waiter) {
-	if w.got == nil || !w.gone || w.gaveBack || k.stopped || k.helds[w.key] != nil ||
-		slices.ContainsFunc(k.queues[w.key], func(o *waiter) bool { return !o.gone }) {
-		return // the look's answer decides, as for any other key
-	}
-	k.giveBackLocked(*w.got)
-	w.gaveBack = true
 }
 
 // look tries to acquire the keys of batch for their waiters, bounded by
@@ -420,67 +380,11 @@ func (k *keeper) failWaitersBehindLocked(w *waiter, err error) {
 	}
 }
 
-// grantedLocked hands g, which a look for w got, to the first waiter of
-// its key that still waits, or gives it back. A grant that a Held of this
-// store had already (the store kept it after a failed release, R4c) is
-// never handed on: each Held gets a grant of its own (R16).
-func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time, renewal bool) {
-	key := w.key
-	if w.gone {
-		k.dequeueLocked(w)
-	}
-	if sp, ok := k.spent[key]; ok && sp.Owner == g.Owner && g.Epoch <= sp.Epoch {
-		k.giveBackLocked(g)
-		k.retryLocked(key, holdMinBackoff)
-		return
-	}
-	if h := k.helds[key]; h != nil {
-		if hg := h.Grant(); hg.Epoch != g.Epoch || hg.Owner != g.Owner {
-			k.giveBackLocked(g) // never ours to keep: a live Held has the key
-		}
-		return // the live Held's own grant, found again (R4c): never give it up
-	}
-	ws := k.queues[key]
-	if len(ws) == 0 {
-		if mutant != mutantOrphan {
-			k.giveBackLocked(g) // nobody waits for it any more (R17)
-		}
-		return
-	}
-	to := ws[0]
-	p, deadline, err := k.planLocked(to.cfg, g, start, renewal)
-	switch {
-	case err != nil:
-		k.dequeueLocked(to)
-		k.giveBackLocked(g)
-		k.answerLocked(to, HoldResult{Key: key, Err: err})
-	case !deadline.IsZero() && !time.Now().Before(deadline):
-		// The grant came too late to be worth anything: the key looks
-		// again once it has expired, and gets a new epoch then.
-		k.retryLocked(key, max(time.Until(g.ExpiresAt), holdMinBackoff))
-	default:
-		h := k.newHeldLocked(to, g, start, renewal, p) // first: the next waiter must see the key held
-		k.dequeueLocked(to)
-		k.answerLocked(to, HoldResult{Key: key, Held: h})
-		k.failQueuedLocked(key, h)
-	}
-}
-
-// failQueuedLocked answers the FailIfHeld waiters of key now that h holds it.
-func (k *keeper) failQueuedLocked(key string, h *Held) {
-	for _, o := range slices.Clone(k.queues[key]) {
-		if o.cfg.failIfHeld && !o.looking {
-			k.dequeueLocked(o)
-			k.answerLocked(o, HoldResult{Key: key, Err: ownHeldError(h.Grant())})
-		}
-	}
-}
-
 // retryLocked makes key's first waiter look again after wait.
 func (k *keeper) retryLocked(key string, wait time.Duration) {
 	if ws := k.queues[key]; len(ws) > 0 && !ws[0].looking {
 		ws[0].due = time.Now().Add(wait)
-		k.looks.set(ws[0])
+		k.looks.Set(ws[0])
 		k.startLocked()
 	}
 }
@@ -509,45 +413,6 @@ func (k *keeper) grantTTL(g Grant, sent time.Time) time.Duration {
 	return g.ExpiresAt.Sub(sent)
 }
 
-// giveBackTries bounds how often a grant nobody waits for is released.
-const giveBackTries = 3
-
-// giveBackLocked releases g, which no Held has, with a context of its
-// own, a few times if it must (R17). If it cannot, g expires as a crashed
-// holder's would. The key's waiters wait until it is done.
-func (k *keeper) giveBackLocked(g Grant) {
-	k.settling[g.Key]++
-	k.calls.Add(1)
-	go func() {
-		defer k.calls.Done()
-		var err error
-		for try := range giveBackTries {
-			ctx, cancel := context.WithTimeout(k.ctx, releaseTimeout)
-			err = k.s.Release(ctx, g)
-			cancel()
-			if err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrClosed) || k.ctx.Err() != nil {
-				break // given back, lost already, or never to be given back by this store (R15)
-			}
-			if pause(k.ctx, try) != nil {
-				break
-			}
-		}
-		if err != nil && !errors.Is(err, ErrLost) && !errors.Is(err, ErrClosed) && k.ctx.Err() == nil {
-			storeLogger(k.s).Warn("lease: could not give back a grant nobody waits for; it will expire",
-				"key", g.Key, "epoch", g.Epoch, "err", err)
-		}
-		k.settled(g, err)
-	}()
-}
-
-// storeLogger is the logger of the stores this package ships.
-func storeLogger(s Store) *slog.Logger {
-	if l, ok := s.(interface{ logger() *slog.Logger }); ok {
-		return l.logger()
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
 // rescheduleLocked plans w's next look after a look that found err: when
 // the holder's grant runs out, or after a growing backoff for an early
 // release, whichever comes first; a watched key is looked at when the
@@ -562,7 +427,7 @@ func (k *keeper) rescheduleLocked(w *waiter, err error, now time.Time) {
 	}
 	w.due = now.Add(wait)
 	w.backoff = min(2*w.backoff, holdMaxBackoff)
-	k.looks.set(w)
+	k.looks.Set(w)
 }
 
 // watch asks the store to tell of releases of w's key, if it can, and
@@ -584,9 +449,9 @@ func (k *keeper) watch(w *waiter) {
 		return
 	}
 	w.watch, w.watched = stop, true
-	if k.looks.scheduled(w) {
+	if k.looks.Scheduled(w) {
 		w.due = time.Now()
-		k.looks.set(w)
+		k.looks.Set(w)
 		k.poke()
 	}
 }

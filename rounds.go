@@ -39,8 +39,8 @@ func (k *keeper) joinLocked(h *Held, due, deadline time.Time) {
 	if r == nil || r.live == 0 || r.taken > 0 || r.renew != h.renew || !r.due.Equal(due) || !r.deadline.Equal(deadline) {
 		r = &round{due: due, deadline: deadline, renew: h.renew, members: make([]*Held, 0, max(k.roundSize, 1))}
 		k.lastRound = r
-		k.dues.set(r)
-		k.deadlines.set(r)
+		k.dues.Set(r)
+		k.deadlines.Set(r)
 	}
 	if len(r.members) > 0 && h.key < r.lastKey {
 		r.unsorted = true
@@ -60,8 +60,8 @@ func (k *keeper) leaveLocked(h *Held) {
 	}
 	r.members[h.slot], h.round = nil, nil
 	if r.live--; r.live == 0 {
-		k.dues.remove(r)
-		k.deadlines.remove(r)
+		k.dues.Remove(r)
+		k.deadlines.Remove(r)
 		r.members = nil
 		if k.lastRound == r {
 			k.lastRound = nil
@@ -83,7 +83,7 @@ func (k *keeper) takeLocked(r *round, batch []*Held, limit int) []*Held {
 		}
 	}
 	if r.taken == len(r.members) {
-		k.dues.remove(r)
+		k.dues.Remove(r)
 	}
 	return batch
 }

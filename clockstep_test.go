@@ -157,3 +157,31 @@ func TestR8ClockStepBackward(t *testing.T) {
 		})
 	}
 }
+
+// TestR8DeadlineWithinRoundedExpiry: R8. A store whose driver keeps
+// expiries to a coarse resolution rounds each grant's expiry down, so a
+// renewal may grant less than the TTL: the Held's deadline stays the
+// safety margin before the expiry its store stamped, renewal after
+// renewal.
+func TestR8DeadlineWithinRoundedExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := statingDriver{NewMemoryDriver(), Capabilities{ExpiryResolution: time.Second}}
+		s, err := NewDocumentStore(d, WithOwner("alice"), WithTTL(holdTTL), WithClock(time.Now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		time.Sleep(holdTTL / 12) // off the whole second: every expiry is rounded down
+		h := mustHold(t, s, "job")
+		for i := range 6 {
+			if g, deadline := h.Grant(), h.Deadline(); deadline.After(g.ExpiresAt.Add(-h.margin)) {
+				t.Errorf("grant %d: deadline %v after its expiry %v minus the margin %v",
+					i, deadline.Round(0), g.ExpiresAt, h.margin)
+			}
+			time.Sleep(h.renew)
+		}
+		if err := h.Release(t.Context()); err != nil {
+			t.Error(err)
+		}
+	})
+}

@@ -146,7 +146,7 @@ type Held struct {
 	ttl    time.Duration // the TTL its store grants (R8's T); 0 for grants that never expire
 
 	// Guarded by k.mu: the loop's schedule for this Held.
-	round    *round        // its next renewal and deadline (rounds.go); nil: none
+	round    *round        // its next renewal and deadline (holdloop.go); nil: none
 	slot     int           // its index in round.members
 	retry    time.Duration // the wait before the next retry of a failed renewal
 	renewErr error         // the last failed renewal's error, nil after a success

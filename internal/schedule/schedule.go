@@ -1,5 +1,5 @@
-// Package schedule is the keeper's schedule: a min-heap of items by a
-// time each item keeps, with O(log n) moves and removes.
+// Package schedule is the queue by time of package lease's Hold loop (its
+// keeper): renewals, deadlines and looks, with O(log n) moves and removes.
 package schedule
 
 import "time"

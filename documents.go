@@ -25,6 +25,9 @@ type DocumentStore struct {
 	holds keeperSlot    // Hold's loop for this store
 	done  chan struct{} // closed by Close (R15)
 
+	scratchMu sync.Mutex
+	scratch   []*batchScratch // kept for the next batched renewals
+
 	mu      sync.Mutex                // guards the four fields below
 	held    map[string]*heldGrant     // grants this instance holds, by key; an entry changes in place, under its key's lock
 	pending map[string][]pendingWrite // writes whose outcome is still unknown (R9), by key, oldest first
@@ -106,7 +109,6 @@ func (s *DocumentStore) Owner() string { return s.cfg.owner }
 
 func (s *DocumentStore) keeperSlot() *keeperSlot { return &s.holds }
 func (s *DocumentStore) logger() *slog.Logger    { return s.cfg.logger }
-func (s *DocumentStore) ttl() time.Duration      { return s.cfg.ttl }
 
 // Acquire takes key (R4). A loser of a race re-reads and returns a
 // *HeldError naming the winner (R5).
@@ -350,6 +352,15 @@ func (s *DocumentStore) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
+}
+
+// ttl is R8's T for a Held: the least time a grant lasts after its stamp,
+// the TTL less what rounding its expiry down (expiry) may take.
+func (s *DocumentStore) ttl() time.Duration {
+	if r := s.caps.ExpiryResolution; r > 0 && r < s.cfg.ttl {
+		return s.cfg.ttl - r
+	}
+	return s.cfg.ttl
 }
 
 // expiry is when a grant made at now ends: now + TTL (R4), rounded down

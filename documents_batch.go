@@ -31,8 +31,6 @@ func (w batchWrite) pending() pendingWrite {
 	return pendingWrite{want: recordOf(w.grant, w.released), grant: w.grant, pre: w.pre}
 }
 
-var _ batchStore = (*DocumentStore)(nil)
-
 // lockedKeys holds the key locks a batch took.
 type lockedKeys []func()
 
@@ -42,8 +40,43 @@ func (l lockedKeys) unlock() {
 	}
 }
 
-// renewMany renews sc.grants, each as Renew would (R6, R12), working in
-// sc's memory; the results are in it. The keys it finds in the table,
+// batchScratch is the memory a batched renewal works in, for up to
+// maxBatch keys: the keys, their locks, the writes and their answers. The
+// store keeps one per renewal call the keeper may have in flight, so that
+// renewing N keys every period does not allocate N-sized slices each time.
+type batchScratch struct {
+	keys  []string
+	ok    []bool
+	taken []*keyLock
+	idx   []int
+	batch []batchWrite
+	ws    []Write
+	errs  []error
+}
+
+// takeScratch returns a batchScratch: a kept one, or a new one.
+func (s *DocumentStore) takeScratch() *batchScratch {
+	s.scratchMu.Lock()
+	defer s.scratchMu.Unlock()
+	if n := len(s.scratch); n > 0 {
+		bs := s.scratch[n-1]
+		s.scratch = s.scratch[:n-1]
+		return bs
+	}
+	return &batchScratch{}
+}
+
+// keepScratch keeps bs for a later renewal, unless enough are kept.
+func (s *DocumentStore) keepScratch(bs *batchScratch) {
+	s.scratchMu.Lock()
+	defer s.scratchMu.Unlock()
+	if len(s.scratch) < maxRenewCalls {
+		s.scratch = append(s.scratch, bs)
+	}
+}
+
+// renewMany renews sc.grants, each as Renew would (R6, R12); the results
+// are in sc.out. The keys it finds in the table,
 // unexpired and with no write of unknown outcome, are locked, checked and
 // written together; Renew takes the rest, one at a time, and knows every
 // case. sc.tickets, if not nil, holds the table entry an earlier renewMany
@@ -61,24 +94,26 @@ func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grant
 		return out
 	}
 	s.settleUnknown(ctx, gs)
-	keys, ok := sized(sc.keys, n), sized(sc.ok, n)
-	sc.keys, sc.ok = keys, ok
+	bs := s.takeScratch()
+	defer s.keepScratch(bs)
+	keys, ok := sized(bs.keys, n), sized(bs.ok, n)
+	bs.keys, bs.ok = keys, ok
 	for i, g := range gs {
 		// A ticket's key was checked when its grant was acquired; renewals
 		// sees that the ticket is the grant's.
 		keys[i], ok[i] = g.Key, tickets != nil && tickets[i] != nil || ValidateKey(g.Key) == nil
 	}
-	taken := s.locks.tryLockEach(keys, ok, sized(sc.taken, n), tickets)
-	sc.taken = taken
-	batch, single, drop := s.renewals(gs, tickets, ok, sc.batch[:0])
-	sc.batch = batch
+	taken := s.locks.tryLockEach(keys, ok, sized(bs.taken, n), tickets)
+	bs.taken = taken
+	batch, single, drop := s.renewals(gs, tickets, ok, bs.batch[:0])
+	bs.batch = batch
 	s.locks.unlockEach(keys, taken, drop)
-	locked := sized(sc.idx, len(batch)) // the indices of the batch's keys
-	sc.idx = locked
+	locked := sized(bs.idx, len(batch)) // the indices of the batch's keys
+	bs.idx = locked
 	for j, w := range batch {
 		locked[j] = w.idx
 	}
-	for j, err := range s.putBatchIn(ctx, "renew", batch, sc) {
+	for j, err := range s.putBatchIn(ctx, "renew", batch, bs) {
 		i := batch[j].idx
 		if err == nil || !(errors.Is(err, ErrConflict) || errors.Is(err, errSuperseded)) {
 			s.obs.renewed(gs[i], err, len(batch)) // the rest go to Renew, which reports them
@@ -284,13 +319,13 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 // when its outcome stays unknown (R9, settled per key by one batched
 // re-read). A driver that cannot batch gets one Put per write.
 func (s *DocumentStore) putBatch(ctx context.Context, op string, batch []batchWrite) []error {
-	return s.putBatchIn(ctx, op, batch, &renewScratch{})
+	return s.putBatchIn(ctx, op, batch, &batchScratch{})
 }
 
-// putBatchIn is putBatch working in sc's memory; the answers are in it.
-func (s *DocumentStore) putBatchIn(ctx context.Context, op string, batch []batchWrite, sc *renewScratch) []error {
-	errs := sized(sc.errs, len(batch))
-	sc.errs = errs
+// putBatchIn is putBatch working in bs's memory; the answers are in it.
+func (s *DocumentStore) putBatchIn(ctx context.Context, op string, batch []batchWrite, bs *batchScratch) []error {
+	errs := sized(bs.errs, len(batch))
+	bs.errs = errs
 	bd, ok := s.d.(BatchDriver)
 	if !ok || len(batch) == 1 {
 		for j, w := range batch {
@@ -301,8 +336,8 @@ func (s *DocumentStore) putBatchIn(ctx context.Context, op string, batch []batch
 	if len(batch) == 0 {
 		return errs
 	}
-	ws := sized(sc.ws, len(batch))
-	sc.ws = ws
+	ws := sized(bs.ws, len(batch))
+	bs.ws = ws
 	for j, w := range batch {
 		ws[j] = Write{Rec: recordOf(w.grant, w.released), Pre: w.pre}
 	}

@@ -98,6 +98,37 @@ func (c holdConfig) plan(ttl time.Duration) (renew, margin time.Duration, err er
 	return renew, margin, nil
 }
 
+// holdPlan is how a Held keeps its grants: its renewal interval and
+// safety margin, and the TTL its store grants.
+type holdPlan struct {
+	renew, margin, ttl time.Duration
+}
+
+// grantDeadline is R8's deadline of a Held's grant g, obtained by a call
+// sent at sent (a time.Now reading, with its monotonic reading), for a
+// store that grants ttl: when the work it protects must stop unless a
+// later renewal succeeds. It is kept on the monotonic clock: sent, plus
+// the time g may be counted on, minus the safety margin.
+//
+// ExpiresAt was stamped inside the call by the store's clock, and carries
+// no monotonic reading on a persisted driver, so ExpiresAt - sent counts
+// any step of the wall clock between the two readings; every other
+// process judges the grant by the stamp (R8), and takes the key ttl after
+// it. So the time counted is never more than ttl: a forward step cannot
+// move the deadline past the grant's expiry. A renewal counts ttl exactly:
+// R6 stamps now + ttl after the call was sent, so a grant that seems to
+// have less left was stamped by a clock behind this one (a backward step,
+// or skew, which the margin covers), and counting it would turn a renewal
+// that succeeded into a loss. An acquire may return a grant the store held
+// already (R4c), with less left: it counts ExpiresAt - sent, at most ttl.
+func grantDeadline(g Grant, sent time.Time, ttl, margin time.Duration, renewal bool) time.Time {
+	left := ttl
+	if !renewal {
+		left = min(ttl, g.ExpiresAt.Sub(sent))
+	}
+	return sent.Add(left - margin)
+}
+
 // Held is a lease kept alive until Release, or until it can no longer be
 // trusted; then Context ends. It is safe for concurrent use.
 //
@@ -113,19 +144,21 @@ type Held struct {
 	cancel context.CancelCauseFunc
 	renew  time.Duration // renewal interval; 0 for grants that never expire
 	margin time.Duration
+	ttl    time.Duration // the TTL its store grants (R8's T); 0 for grants that never expire
 
 	// Guarded by k.mu: the loop's schedule for this Held.
-	round    *round        // its next renewal and deadline (rounds.go); nil: none
+	round    *round        // its next renewal and deadline (holdloop.go); nil: none
 	slot     int           // its index in round.members
 	retry    time.Duration // the wait before the next retry of a failed renewal
 	renewErr error         // the last failed renewal's error, nil after a success
 	renewing bool          // a renewal of it is in flight
 	ticket   *heldGrant    // its grant's entry in the store's table, from its last batched renewal
 
-	mu      sync.Mutex // guards the fields below; taken after k.mu, never before
-	grant   Grant      // the newest grant
-	endErr  error      // why Context ended; nil while live
-	lostErr error      // endErr when the lease was lost rather than released
+	mu       sync.Mutex // guards the fields below; taken after k.mu, never before
+	grant    Grant      // the newest grant
+	deadline time.Time  // its grant's deadline (grantDeadline); zero if it never expires
+	endErr   error      // why Context ended; nil while live
+	lostErr  error      // endErr when the lease was lost rather than released
 
 	releaseMu  sync.Mutex // serialises Release calls; guards released
 	released   bool       // the store has confirmed a release (or that it was lost)
@@ -157,11 +190,13 @@ type Held struct {
 // Context ends at Release, or when the store is closed.
 //
 // Hold times renewals and deadlines on the monotonic clock (in tests, a
-// testing/synctest bubble's virtual clock) and measures a grant's TTL as
-// its ExpiresAt minus the time its Acquire began. It assumes the store
-// judges expiry by the same clock (WithClock defaults to time.Now); any
-// difference must fit in the safety margin, as must the skew between this
-// host and the others sharing the store.
+// testing/synctest bubble's virtual clock): a Held's deadline is the time
+// its last successful renewal was sent, plus the store's TTL, minus the
+// safety margin (R8), so no step of the wall clock moves it past the
+// grant's expiry, and none turns a renewal that succeeded into a loss. An
+// acquired grant counts at most its ExpiresAt minus the time its Acquire
+// began. The skew between this host's clock, the store's (WithClock
+// defaults to time.Now) and the other hosts' must fit in the margin.
 //
 // A Store that wraps another and implements Unwrapper is held through the
 // store it wraps, so that the wrapper keeps batching and R15.
@@ -266,23 +301,6 @@ func (k *keeper) nextAfterEnd(ctx context.Context, ws []*waiter, ch chan HoldRes
 	return <-ch // every waiter was answered: the answers are in ch
 }
 
-// giveBackUnyielded releases the Helds that HoldEach got but its caller
-// no longer wanted.
-func giveBackUnyielded(ch chan HoldResult) {
-	for {
-		select {
-		case r := <-ch:
-			if r.Held != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-				r.Held.Release(ctx) // if it fails, the grant expires as a crashed holder's would
-				cancel()
-			}
-		default:
-			return
-		}
-	}
-}
-
 // uniqueValidKeys splits keys into the ones to hold, sorted, and the
 // results of the others: invalid keys, and second mentions of a key. The
 // keys are held and then renewed in the order given here, so that keys
@@ -357,14 +375,6 @@ func innermost(s Store) Store {
 	return s
 }
 
-// storeTTL is the TTL of the grants s makes, when s says; 0 otherwise.
-func storeTTL(s Store) time.Duration {
-	if st, ok := s.(interface{ ttl() time.Duration }); ok {
-		return st.ttl()
-	}
-	return 0
-}
-
 // retryable reports whether waiting may cure err: the key is held, or
 // storage failed in a way that is safe to retry.
 func retryable(err error) bool {
@@ -389,6 +399,19 @@ func (h *Held) Grant() Grant {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.grant
+}
+
+// Deadline returns when Context ends unless a renewal succeeds first
+// (R8): the time the last successful renewal (or the acquire) was sent,
+// plus the store's TTL, minus the safety margin. It carries this
+// process's monotonic reading, so time.Until(Deadline()) is the time left
+// whatever the wall clock does; a process that must stop work of its own
+// by then (lease run's guard) takes it from here. After Context ended it
+// is the last grant's. It is zero for a grant that never expires.
+func (h *Held) Deadline() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deadline
 }
 
 // Context returns a context that ends when the lease is lost or released.
@@ -491,9 +514,7 @@ func (h *Held) Release(ctx context.Context) error {
 	if h.released {
 		return h.releaseErr
 	}
-	g := h.k.giveUp(h)
-	err := h.s.Release(ctx, g)
-	h.k.settled(g, err)
+	err := h.k.release(ctx, h)
 	if err == nil || errors.Is(err, ErrLost) {
 		h.released, h.releaseErr = true, err
 	}

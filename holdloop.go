@@ -3,10 +3,12 @@ package lease
 import (
 	"context"
 	"fmt"
-	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/leasekit/lease/internal/schedule"
 )
 
 // keeper is one store's loop for Hold: it renews every Held of the store,
@@ -22,9 +24,9 @@ import (
 // to finish (R17), and a look starts only when no renewal is due.
 //
 // A key has at most one live Held per store (R16); other Holds of the key
-// queue behind it, first come, first served. Every way a grant is given
-// up goes through giveUp or giveUpGrants, which end the grant's Held
-// before the write that frees the key is made (R17).
+// queue behind it, first come, first served. How a grant reaches a Held,
+// and every way one is given up, a Held's or one nobody holds, with the
+// Held ended before the write that frees the key (R17), is in giveup.go.
 type keeper struct {
 	s      Store
 	ctx    context.Context // every call the keeper makes; ends at close
@@ -32,27 +34,27 @@ type keeper struct {
 	calls  sync.WaitGroup // the loop and every call in flight
 	wake   chan struct{}  // pokes the loop; never replaced, so poking needs no lock
 
-	mu         sync.Mutex           // guards the fields below and every Held's schedule
-	helds      map[string]*Held     // the live Held of each key (R16)
-	queues     map[string][]*waiter // each key's waiters, first come, first served
-	spent      map[string]Grant     // the last grant a Held of the key had, while the store may hold it still
-	settling   map[string]int       // writes in flight that give a key's grant up
-	dues       *schedule[*round]    // rounds by next renewal
-	deadlines  *schedule[*round]    // rounds by deadline
-	lastRound  *round               // the round made last, which Helds scheduled alike join
-	roundSize  int                  // how many Helds the caller of joinLocked may schedule alike
-	wave       []*Held              // startRenewalsLocked's Helds to renew, kept for its next turn
-	ordered    []*Held              // the same in key order, when inKeyOrder copies them
-	runs       []keyRun             // the rounds the Helds of wave came from
-	scratch    []*renewScratch      // kept for the next renewal calls
-	looks      *schedule[*waiter]   // the first waiter of each free key, by next look
-	renewing   int                  // renewal calls in flight
-	lookPerKey time.Duration        // time per key of recent looks (sizes the next)
-	looking    bool                 // a look call is in flight
-	lastHold   time.Time            // when the store's last Hold that may gather came
-	running    bool                 // the loop goroutine is running
-	stopped    bool                 // the store closed: no more Helds or waits
-	users      int                  // callers between keeperFor and unuse (foreign keepers)
+	mu         sync.Mutex                  // guards the fields below and every Held's schedule
+	helds      map[string]*Held            // the live Held of each key (R16)
+	queues     map[string][]*waiter        // each key's waiters, first come, first served
+	spent      map[string]Grant            // the last grant a Held of the key had, while the store may hold it still
+	settling   map[string]int              // writes in flight that give a key's grant up
+	dues       *schedule.Schedule[*round]  // rounds by next renewal
+	deadlines  *schedule.Schedule[*round]  // rounds by deadline
+	lastRound  *round                      // the round made last, which Helds scheduled alike join
+	roundSize  int                         // how many Helds the caller of joinLocked may schedule alike
+	wave       []*Held                     // startRenewalsLocked's Helds to renew, kept for its next turn
+	ordered    []*Held                     // the same in key order, when inKeyOrder copies them
+	runs       []keyRun                    // the rounds the Helds of wave came from
+	scratch    []*renewScratch             // kept for the next renewal calls
+	looks      *schedule.Schedule[*waiter] // the first waiter of each free key, by next look
+	renewing   int                         // renewal calls in flight
+	lookPerKey time.Duration               // time per key of recent looks (sizes the next)
+	looking    bool                        // a look call is in flight
+	lastHold   time.Time                   // when the store's last Hold that may gather came
+	running    bool                        // the loop goroutine is running
+	stopped    bool                        // the store closed: no more Helds or waits
+	users      int                         // callers between keeperFor and unuse (foreign keepers)
 
 	wokenMu sync.Mutex
 	woken   []*waiter // waiters whose store told of a release, for the loop to look at
@@ -80,148 +82,15 @@ func newKeeper(s Store) *keeper {
 		settling: make(map[string]int),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
-	k.dues = newSchedule(func(r *round) time.Time { return r.due }, func(r *round) *uint64 { return &r.dueMark })
-	k.deadlines = newSchedule(func(r *round) time.Time { return r.deadline }, func(r *round) *uint64 { return &r.expiryMark })
-	k.looks = newSchedule(func(w *waiter) time.Time { return w.due }, func(w *waiter) *uint64 { return &w.lookMark })
+	k.dues = schedule.New(func(r *round) time.Time { return r.due }, func(r *round) *uint64 { return &r.dueMark })
+	k.deadlines = schedule.New(func(r *round) time.Time { return r.deadline }, func(r *round) *uint64 { return &r.expiryMark })
+	k.looks = schedule.New(func(w *waiter) time.Time { return w.due }, func(w *waiter) *uint64 { return &w.lookMark })
 	return k
-}
-
-// keeperSlot is embedded by the stores this package ships, so that each
-// store instance finds its keeper without a global table, and so that
-// Close reaches it.
-type keeperSlot struct {
-	mu     sync.Mutex
-	k      *keeper
-	closed bool
-}
-
-func (ks *keeperSlot) keeper(s Store) *keeper {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	if ks.k == nil {
-		ks.k = newKeeper(s)
-		if ks.closed {
-			ks.k.stopped = true
-		}
-	}
-	return ks.k
-}
-
-func (ks *keeperSlot) current() *keeper {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	return ks.k
-}
-
-// close ends every Held and waiter of the store and waits for the
-// keeper's calls to return (R15). The store calls it first in Close.
-func (ks *keeperSlot) close() {
-	ks.mu.Lock()
-	ks.closed = true
-	k := ks.k
-	ks.mu.Unlock()
-	if k != nil {
-		k.close()
-	}
-}
-
-// giveUp ends the Helds of grants the store is about to give up by itself
-// (a bare Release, ReleaseAll), before their writes (R17).
-func (ks *keeperSlot) giveUp(gs ...Grant) {
-	if k := ks.current(); k != nil {
-		k.giveUpGrants(gs)
-	}
-}
-
-// lost ends the live Held of g, if it has one, because the store found g
-// lost by itself (the local store's lock file replaced, watchHeld). The
-// cause must match ErrLost.
-func (ks *keeperSlot) lost(g Grant, cause error) {
-	k := ks.current()
-	if k == nil {
-		return
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if h := k.helds[g.Key]; h != nil {
-		if hg := h.Grant(); hg.Epoch == g.Epoch && hg.Owner == g.Owner {
-			k.endLocked(h, cause, true)
-		}
-	}
-}
-
-// heldWatcher is a store that can tell at once when a grant it holds is
-// lost behind its back (the local store, when a lock file is replaced):
-// watchHeld is called, with k.mu held, when the Held of g is made, and
-// the store ends it through keeperSlot.lost. It must not wait for the
-// keeper.
-type heldWatcher interface {
-	watchHeld(g Grant)
-}
-
-// releasedCause is why a Held ends when its grant is given up.
-func releasedCause(g Grant) error {
-	return fmt.Errorf("%w: %q epoch %d was released", ErrLost, g.Key, g.Epoch)
-}
-
-// closedCause is why a Held ends when its store closes (R15).
-func closedCause(g Grant) error {
-	return fmt.Errorf("%w: %q epoch %d: %w", ErrLost, g.Key, g.Epoch, ErrClosed)
-}
-
-// foreignKeepers holds the keepers of stores this package does not ship,
-// while they are in use.
-var foreignKeepers struct {
-	sync.Mutex
-	m map[Store]*keeper
-}
-
-// keeperFor returns s's keeper; the caller calls unuse when it has
-// registered what it keeps (a Held or a waiter keeps the keeper alive).
-// A store of a type that cannot be a map key gets a keeper of its own per
-// call: correct within that call, only not shared.
-func keeperFor(s Store) *keeper {
-	if ks, ok := s.(interface{ keeperSlot() *keeperSlot }); ok {
-		return ks.keeperSlot().keeper(s)
-	}
-	if !reflect.TypeOf(s).Comparable() {
-		return newKeeper(s)
-	}
-	foreignKeepers.Lock()
-	defer foreignKeepers.Unlock()
-	if foreignKeepers.m == nil {
-		foreignKeepers.m = make(map[Store]*keeper)
-	}
-	k, ok := foreignKeepers.m[s]
-	if !ok {
-		k = newKeeper(s)
-		foreignKeepers.m[s] = k
-	}
-	k.mu.Lock()
-	k.users++
-	k.mu.Unlock()
-	return k
-}
-
-// unuse ends a use that keeperFor began, and drops an idle foreign keeper
-// from the table. Both locks are held while it decides, so two keepers of
-// one store never exist.
-func (k *keeper) unuse() {
-	foreignKeepers.Lock()
-	defer foreignKeepers.Unlock()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if foreignKeepers.m[k.s] != k {
-		return // a store of ours, or one that cannot be a map key
-	}
-	if k.users--; k.users == 0 && k.idleLocked() && len(k.helds) == 0 && len(k.settling) == 0 {
-		delete(foreignKeepers.m, k.s)
-	}
 }
 
 // idleLocked reports whether the loop has nothing left to do.
 func (k *keeper) idleLocked() bool {
-	return k.deadlines.len() == 0 && k.dues.len() == 0 && len(k.queues) == 0 &&
+	return k.deadlines.Len() == 0 && k.dues.Len() == 0 && len(k.queues) == 0 &&
 		k.renewing == 0 && !k.looking
 }
 
@@ -242,10 +111,11 @@ func (k *keeper) poke() {
 	}
 }
 
-// newHeldLocked makes the live Held of g for waiter w, whose acquire
-// began at start, and schedules its renewals.
-func (k *keeper) newHeldLocked(w *waiter, g Grant, start time.Time, renew, margin time.Duration) *Held {
-	h := &Held{s: k.s, k: k, key: g.Key, grant: g, renew: renew, margin: margin}
+// newHeldLocked makes the live Held of g for waiter w, kept as p plans,
+// and schedules its renewals. g came from a call sent at sent: an acquire,
+// or a renewal (renewal) of a short grant.
+func (k *keeper) newHeldLocked(w *waiter, g Grant, sent time.Time, renewal bool, p holdPlan) *Held {
+	h := &Held{s: k.s, k: k, key: g.Key, grant: g, renew: p.renew, margin: p.margin, ttl: p.ttl}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(w.ctx))
 	k.helds[g.Key] = h
 	if sp, ok := k.spent[g.Key]; ok && sp.Epoch < g.Epoch {
@@ -255,7 +125,7 @@ func (k *keeper) newHeldLocked(w *waiter, g Grant, start time.Time, renew, margi
 		hw.watchHeld(g) // before h is handed out: a loss from now on ends it
 	}
 	if !g.ExpiresAt.IsZero() {
-		k.scheduleLocked(h, g, start)
+		k.scheduleLocked(h, g, sent, renewal)
 		k.startLocked()
 		k.poke()
 	}
@@ -263,94 +133,29 @@ func (k *keeper) newHeldLocked(w *waiter, g Grant, start time.Time, renew, margi
 }
 
 // scheduleLocked plans h's next renewal and deadline after a grant g
-// obtained by a call that began at start. The deadline is on the
-// monotonic clock, so a step of the wall clock cannot move it (R8).
-func (k *keeper) scheduleLocked(h *Held, g Grant, start time.Time) {
+// obtained by a call sent at sent, a renewal or an acquire. The deadline
+// is R8's (grantDeadline), on the monotonic clock.
+func (k *keeper) scheduleLocked(h *Held, g Grant, sent time.Time, renewal bool) {
 	if g.ExpiresAt.IsZero() {
 		return // never expires: nothing to renew
 	}
-	deadline := start.Add(g.ExpiresAt.Sub(start) - h.margin)
+	deadline := grantDeadline(g, sent, h.ttl, h.margin, renewal)
+	h.mu.Lock()
+	h.deadline = deadline
+	h.mu.Unlock()
 	h.retry, h.renewErr = max(h.renew/8, time.Millisecond), nil
-	k.joinLocked(h, earliest(start.Add(h.renew), deadline.Add(-h.renew/4)), deadline)
+	k.joinLocked(h, earliest(sent.Add(h.renew), deadline.Add(-h.renew/4)), deadline)
 }
 
-// endLocked ends h with cause (loss: the lease was lost rather than given
-// up), takes it off the loop, and lets the key's next waiter look once no
-// write giving the grant up is in flight.
-func (k *keeper) endLocked(h *Held, cause error, loss bool) {
-	k.leaveLocked(h)
-	if !h.end(cause, loss) {
-		return
-	}
-	if k.helds[h.key] == h {
-		delete(k.helds, h.key)
-	}
-	k.spent[h.key] = h.Grant()
-	k.promoteLocked(h.key, time.Now())
-	k.poke()
-}
-
-// lose ends h because the lease was lost.
-func (k *keeper) lose(h *Held, cause error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.endLocked(h, cause, true)
-}
-
-// giveUp ends h before Release writes (R17) and returns the grant to
-// release. The key's waiters wait until settled reports the write.
-func (k *keeper) giveUp(h *Held) Grant {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	g := h.Grant()
-	k.settling[g.Key]++
-	k.endLocked(h, releasedCause(g), false)
-	return g
-}
-
-// settled reports the outcome of a write that gave g up, begun after
-// giveUp: the key's next waiter may now look.
-func (k *keeper) settled(g Grant, err error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.settling[g.Key]--; k.settling[g.Key] <= 0 {
-		delete(k.settling, g.Key)
-	}
-	if err == nil && k.spent[g.Key] == g {
-		delete(k.spent, g.Key) // released: the next acquire gets a new epoch
-	}
-	k.promoteLocked(g.Key, time.Now())
-	k.poke()
-}
-
-// giveUpGrants ends the Helds of gs, which the store is about to give up.
-func (k *keeper) giveUpGrants(gs []Grant) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, g := range gs {
-		if h := k.helds[g.Key]; h != nil {
-			if hg := h.Grant(); hg.Epoch == g.Epoch && hg.Owner == g.Owner {
-				k.endLocked(h, releasedCause(g), false)
-				continue
-			}
-		}
-		// A look in flight may have taken g for a waiter: it must not
-		// hand g on once g is being given up.
-		if sp, ok := k.spent[g.Key]; !ok || sp.Epoch < g.Epoch {
-			k.spent[g.Key] = g
-		}
-	}
-}
-
-// renewed installs a grant renewed by a call that began at start, and
-// reports whether h still holds (false: it ended meanwhile).
-func (k *keeper) renewed(h *Held, next Grant, start time.Time) bool {
+// renewed installs a grant renewed by a call sent at sent, and reports
+// whether h still holds (false: it ended meanwhile).
+func (k *keeper) renewed(h *Held, next Grant, sent time.Time) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if !h.install(next) {
 		return false
 	}
-	k.scheduleLocked(h, next, start)
+	k.scheduleLocked(h, next, sent, true)
 	return true
 }
 
@@ -365,8 +170,8 @@ func (k *keeper) close() {
 		}
 	}
 	clear(k.helds)
-	k.dues.clear()
-	k.deadlines.clear()
+	k.dues.Clear()
+	k.deadlines.Clear()
 	k.lastRound = nil
 	for _, ws := range k.queues {
 		for _, w := range ws {
@@ -374,7 +179,7 @@ func (k *keeper) close() {
 		}
 	}
 	clear(k.queues)
-	k.looks.clear()
+	k.looks.Clear()
 	k.cancel()
 	k.mu.Unlock()
 	k.poke()
@@ -422,7 +227,7 @@ func (k *keeper) expireLocked(now time.Time) {
 		return // keep holding past the deadline
 	}
 	for {
-		r, ok := k.deadlines.first()
+		r, ok := k.deadlines.First()
 		if !ok || now.Before(r.deadline) {
 			return
 		}
@@ -450,13 +255,13 @@ func (k *keeper) expireHeldLocked(h *Held) {
 // renewal or look.
 func (k *keeper) nextWakeLocked(now time.Time) time.Time {
 	next := now.Add(time.Hour)
-	if r, ok := k.deadlines.first(); ok && mutant != mutantNoDeadline {
+	if r, ok := k.deadlines.First(); ok && mutant != mutantNoDeadline {
 		next = earliest(next, r.deadline)
 	}
-	if r, ok := k.dues.first(); ok && k.renewing < maxRenewCalls {
+	if r, ok := k.dues.First(); ok && k.renewing < maxRenewCalls {
 		next = earliest(next, r.due)
 	}
-	if w, ok := k.looks.first(); ok && !k.looking {
+	if w, ok := k.looks.First(); ok && !k.looking {
 		next = earliest(next, w.due)
 	}
 	if next.Before(now) {
@@ -485,21 +290,6 @@ type quoted struct{ err error }
 func (q quoted) Error() string { return oneLine(q.err) }
 func (q quoted) Unwrap() error { return q.err }
 
-// grantResult answers one key of a batched renew or acquire.
-type grantResult struct {
-	g      Grant
-	err    error
-	ticket *heldGrant // the store's table entry of a renewed grant, if it has one
-}
-
-// batchStore is a Store that can renew and acquire many keys in few
-// storage round trips (R12); the keeper uses it when the store has it.
-// Each result answers the grant or key at the same index.
-type batchStore interface {
-	renewMany(ctx context.Context, sc *renewScratch) []grantResult
-	acquireMany(ctx context.Context, keys []string) []grantResult
-}
-
 // unbatchedCalls is how many one-key calls run at once on a store that
 // cannot batch.
 const unbatchedCalls = 16
@@ -522,14 +312,60 @@ func eachAtOnce(n int, call func(i int)) {
 	wg.Wait()
 }
 
+// renewScratch is the keeper's memory of one renewal call, for up to
+// maxBatch keys: its Helds, and the request and answers it passes to the
+// store (the grants, their tickets, the results). The keeper keeps one per
+// renewal call it may have in flight, for its next calls, so that renewing
+// N keys every period does not allocate N-sized slices each time (each a
+// fresh large allocation: pages to fault in and clear, then to give back).
+// A store works in memory of its own (the DocumentStore's batchScratch).
+type renewScratch struct {
+	helds   []*Held
+	grants  []Grant      // the request: the Helds' grants
+	tickets []*heldGrant // and the store's table entries their last renewals answered
+	out     []grantResult
+}
+
+// sized returns s cleared, with length n, reusing its array when it is
+// large enough.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// scratchLocked returns a renewal call's scratch: a kept one, or a new
+// one. k.mu must be held.
+func (k *keeper) scratchLocked() *renewScratch {
+	if n := len(k.scratch); n > 0 {
+		sc := k.scratch[n-1]
+		k.scratch = k.scratch[:n-1]
+		return sc
+	}
+	return &renewScratch{}
+}
+
+// keepScratchLocked keeps sc for a later renewal call, unless enough are
+// kept. k.mu must be held.
+func (k *keeper) keepScratchLocked(sc *renewScratch) {
+	if len(k.scratch) < maxRenewCalls {
+		k.scratch = append(k.scratch, sc)
+	}
+}
+
 // renewAll renews sc.grants through s: in batches when s can (with the
-// tickets its last renewals answered, in sc's memory), else a few at once.
+// tickets its last renewals answered), else a few at once. The results
+// are in sc.out.
 func renewAll(ctx context.Context, s Store, sc *renewScratch) []grantResult {
-	gs := sc.grants
 	if b, ok := s.(batchStore); ok {
 		return b.renewMany(ctx, sc)
 	}
-	out := make([]grantResult, len(gs))
+	gs := sc.grants
+	out := sized(sc.out, len(gs))
+	sc.out = out
 	eachAtOnce(len(gs), func(i int) { out[i].g, out[i].err = s.Renew(ctx, gs[i]) })
 	return out
 }
@@ -543,14 +379,14 @@ func renewAll(ctx context.Context, s Store, sc *renewScratch) []grantResult {
 // table), whichever calls acquired them.
 func (k *keeper) startRenewalsLocked(now time.Time) {
 	for k.renewing < maxRenewCalls {
-		r, ok := k.dues.first()
+		r, ok := k.dues.First()
 		if !ok || now.Before(r.due) {
 			return
 		}
 		limit := (maxRenewCalls - k.renewing) * maxBatch
 		wave, runs := k.wave[:0], k.runs[:0]
 		for len(wave) < limit {
-			r, ok := k.dues.first()
+			r, ok := k.dues.First()
 			if !ok || r.due.Sub(now) > r.renew/2 {
 				break
 			}
@@ -648,7 +484,7 @@ func (k *keeper) answerRenewalsLocked(batch []*Held, results []grantResult, star
 		if r.err == nil {
 			if h.install(r.g) { // else it ended meanwhile
 				h.ticket = r.ticket
-				k.scheduleLocked(h, r.g, start)
+				k.scheduleLocked(h, r.g, start, true)
 			}
 			continue
 		}
@@ -673,3 +509,141 @@ func (k *keeper) answerRenewalsLocked(batch []*Held, results []grantResult, star
 	}
 	return again
 }
+
+// round is a set of Helds of one store that share their next renewal and
+// their deadline: the Helds that one call renewed or acquired together,
+// whose grants expire at one time. The keeper schedules rounds rather
+// than Helds, so that keeping N keys costs a schedule entry per call, not
+// per key, and moving a Held to its next round is an append.
+//
+// A round is in the keeper's dues while it has members not yet taken for
+// renewal, and in its deadlines while it has members at all. A member
+// taken for renewal stays in its round, bound by its deadline, until its
+// renewal's answer moves it to a round of its own or ends it.
+type round struct {
+	due      time.Time     // its members' next renewal, on the monotonic clock
+	deadline time.Time     // when its members must stop working, monotonic
+	renew    time.Duration // its members' renewal interval
+	members  []*Held       // nil where a Held left
+	live     int           // members that are not nil
+	taken    int           // members[:taken] have been taken for renewal
+	unsorted bool          // members are not in key order
+	lastKey  string        // the key of the member that joined last
+
+	dueMark, expiryMark uint64 // marks of k.dues and k.deadlines (schedule)
+}
+
+// joinLocked moves h to the round of due and deadline: the round the
+// keeper made last when it matches and none of it was taken yet, else a
+// new one, sized for k.roundSize Helds. Helds answered by one call are
+// scheduled one after the other with equal times, so they make one round.
+func (k *keeper) joinLocked(h *Held, due, deadline time.Time) {
+	k.leaveLocked(h)
+	r := k.lastRound
+	if r == nil || r.live == 0 || r.taken > 0 || r.renew != h.renew || !r.due.Equal(due) || !r.deadline.Equal(deadline) {
+		r = &round{due: due, deadline: deadline, renew: h.renew, members: make([]*Held, 0, max(k.roundSize, 1))}
+		k.lastRound = r
+		k.dues.Set(r)
+		k.deadlines.Set(r)
+	}
+	if len(r.members) > 0 && h.key < r.lastKey {
+		r.unsorted = true
+	}
+	r.lastKey = h.key
+	h.round, h.slot = r, len(r.members)
+	r.members = append(r.members, h)
+	r.live++
+}
+
+// leaveLocked takes h out of its round; a round left empty leaves the
+// schedules.
+func (k *keeper) leaveLocked(h *Held) {
+	r := h.round
+	if r == nil {
+		return
+	}
+	r.members[h.slot], h.round = nil, nil
+	if r.live--; r.live == 0 {
+		k.dues.Remove(r)
+		k.deadlines.Remove(r)
+		r.members = nil
+		if k.lastRound == r {
+			k.lastRound = nil
+		}
+	}
+}
+
+// takeLocked appends to batch, up to limit, the members of r not yet
+// taken and not already being renewed (a Confirm moved them here while a
+// renewal was in flight), and marks them renewing. Once every member is
+// taken, r leaves the dues.
+func (k *keeper) takeLocked(r *round, batch []*Held, limit int) []*Held {
+	for r.taken < len(r.members) && len(batch) < limit {
+		h := r.members[r.taken]
+		r.taken++
+		if h != nil && !h.renewing {
+			h.renewing = true
+			batch = append(batch, h)
+		}
+	}
+	if r.taken == len(r.members) {
+		k.dues.Remove(r)
+	}
+	return batch
+}
+
+// deadlineLocked is when h must stop working; zero when it is in no round
+// (its grant never expires, or it ended).
+func (h *Held) deadlineLocked() time.Time {
+	if h.round == nil {
+		return time.Time{}
+	}
+	return h.round.deadline
+}
+
+// keyRun is the Helds of wave[start:end], taken from one round.
+type keyRun struct {
+	start, end int
+	unsorted   bool
+}
+
+// inKeyOrder returns wave in key order. Its runs, taken each from one
+// round, are mostly in key order already and cover ranges of keys that do
+// not overlap (rounds made by calls that were in key order): ordering the
+// runs by their first keys is then enough. Otherwise it sorts the wave.
+func (k *keeper) inKeyOrder(wave []*Held, runs []keyRun) []*Held {
+	if len(runs) <= 1 {
+		if len(runs) == 1 && runs[0].unsorted {
+			slices.SortFunc(wave, byKey)
+		}
+		return wave
+	}
+	sortable := true
+	for _, r := range runs {
+		sortable = sortable && !r.unsorted
+	}
+	if sortable {
+		for i := 1; i < len(runs); i++ { // by first key; a wave has a few runs
+			for j := i; j > 0 && wave[runs[j].start].key < wave[runs[j-1].start].key; j-- {
+				runs[j], runs[j-1] = runs[j-1], runs[j]
+			}
+		}
+		for i := 1; i < len(runs) && sortable; i++ {
+			sortable = wave[runs[i-1].end-1].key < wave[runs[i].start].key
+		}
+	}
+	if !sortable {
+		slices.SortFunc(wave, byKey)
+		return wave
+	}
+	ordered := k.ordered[:0]
+	for _, r := range runs {
+		ordered = append(ordered, wave[r.start:r.end]...)
+	}
+	clear(wave)
+	k.ordered = wave[:0] // the arrays swap: each turn fills the other
+	return ordered
+}
+
+// byKey orders Helds by key.
+func byKey(a, b *Held) int { return strings.Compare(a.key, b.key) }

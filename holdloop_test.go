@@ -159,7 +159,7 @@ func TestHoldRenewalsAreBatched(t *testing.T) {
 		}
 		k := keeperFor(s)
 		k.mu.Lock()
-		dues, deadlines := k.dues.len(), k.deadlines.len()
+		dues, deadlines := k.dues.Len(), k.deadlines.Len()
 		k.mu.Unlock()
 		k.unuse()
 		if dues > 3 || deadlines > 3 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -46,12 +45,6 @@ type waiter struct {
 // it). HoldEach's keys, and FailIfHeld Holds, look at once.
 const gatherWindow = time.Millisecond
 
-// releaseWatcher is a store that can tell at once when a key may have
-// become free (the local store, through the kernel).
-type releaseWatcher interface {
-	watchRelease(key string, wake func()) (stop func(), err error)
-}
-
 // enqueue makes a waiter for each key, answering on ch, and returns the
 // waiters it queued; a key it could answer at once (the store closed, or
 // FailIfHeld while the store's own Held of the key is live) is answered on
@@ -83,6 +76,9 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 		w := &waiter{key: key, cfg: cfg, ctx: ctx, ch: ch, backoff: holdMinBackoff, started: now, due: now, gather: gather}
 		k.queues[key] = append(k.queues[key], w)
 		k.promoteLocked(key, now)
+		if cfg.failIfHeld {
+			k.lookNowLocked(key, now)
+		}
 		ws = append(ws, w)
 	}
 	if len(ws) > 0 {
@@ -90,12 +86,6 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 		k.poke()
 	}
 	return ws
-}
-
-// ownHeldError is the *HeldError a FailIfHeld Hold gets for a key that a
-// Held of its own store holds (R16).
-func ownHeldError(g Grant) error {
-	return &HeldError{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, ExpiresAt: g.ExpiresAt}
 }
 
 // promoteLocked lets the first waiter of key look, if the key has no live
@@ -106,15 +96,26 @@ func (k *keeper) promoteLocked(key string, now time.Time) {
 		return
 	}
 	w := ws[0]
-	if w.looking || k.looks.scheduled(w) {
+	if w.looking || k.looks.Scheduled(w) {
 		return
 	}
 	w.due = now // first in line, or the Held it queued behind has ended
 	if !w.looked && w.gather {
 		w.due = now.Add(gatherWindow) // concurrent Holds share their first look
 	}
-	k.looks.set(w)
+	k.looks.Set(w)
 	k.startLocked()
+}
+
+// lookNowLocked brings the next look at key forward to now, for a
+// FailIfHeld waiter: it is answered by the look of the key's first waiter
+// (R16), and must not wait for that waiter's backoff or poll.
+func (k *keeper) lookNowLocked(key string, now time.Time) {
+	w := k.queues[key][0]
+	if k.looks.Scheduled(w) && w.due.After(now) {
+		w.due = now
+		k.looks.Set(w)
+	}
 }
 
 // answerLocked answers w once, and reports the end of its wait.
@@ -134,7 +135,7 @@ func (k *keeper) answerLocked(w *waiter, r HoldResult) {
 // dequeueLocked takes w out of its key's queue and schedules, and lets the
 // next waiter look.
 func (k *keeper) dequeueLocked(w *waiter) {
-	k.looks.remove(w)
+	k.looks.Remove(w)
 	ws := slices.DeleteFunc(k.queues[w.key], func(o *waiter) bool { return o == w })
 	if len(ws) == 0 {
 		delete(k.queues, w.key)
@@ -183,9 +184,9 @@ func (k *keeper) takeWokenLocked(now time.Time) {
 	}
 	k.wokenMu.Unlock()
 	for _, w := range woken {
-		if k.looks.scheduled(w) {
+		if k.looks.Scheduled(w) {
 			w.due = now
-			k.looks.set(w)
+			k.looks.Set(w)
 		}
 	}
 }
@@ -198,21 +199,21 @@ func (k *keeper) startLookLocked(now time.Time) {
 	if k.looking {
 		return
 	}
-	if r, ok := k.dues.first(); ok && !now.Before(r.due) {
+	if r, ok := k.dues.First(); ok && !now.Before(r.due) {
 		return // renewals first: every lane is busy and one is due
 	}
-	w, ok := k.looks.first()
+	w, ok := k.looks.First()
 	if !ok || now.Before(w.due) {
 		return
 	}
 	limit := k.lookLimitLocked()
 	var batch []*waiter
 	for len(batch) < limit {
-		w, ok := k.looks.first()
+		w, ok := k.looks.First()
 		if !ok || w.due.Sub(now) > w.backoff/2 {
 			break
 		}
-		k.looks.pop()
+		k.looks.Pop()
 		w.looking = true
 		batch = append(batch, w)
 	}
@@ -234,7 +235,7 @@ func (k *keeper) lookLimitLocked() int {
 	if _, ok := k.s.(batchStore); !ok {
 		return unbatchedCalls
 	}
-	r, held := k.dues.first()
+	r, held := k.dues.First()
 	if !held || k.lookPerKey <= 0 {
 		return maxBatch
 	}
@@ -256,33 +257,6 @@ func acquireAll(ctx context.Context, s Store, keys []string, got func(i int, r g
 	return out
 }
 
-// lookAnswered takes one key's answer as it comes, before the look's
-// other keys are answered: a grant whose waiter has left goes back at once
-// (giveBackIfLeftLocked); else the waiter keeps it until the look ends, in
-// case it leaves meanwhile.
-func (k *keeper) lookAnswered(w *waiter, r grantResult) {
-	if r.err != nil {
-		return
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	w.got = &r.g
-	k.giveBackIfLeftLocked(w)
-}
-
-// giveBackIfLeftLocked gives back the grant that w's look in flight got
-// when w has left and nothing else of the store wants the key, rather than
-// once the rest of the look's keys are answered: until then the key would
-// be held by nobody (R17).
-func (k *keeper) giveBackIfLeftLocked(w *waiter) {
-	if w.got == nil || !w.gone || w.gaveBack || k.stopped || k.helds[w.key] != nil ||
-		slices.ContainsFunc(k.queues[w.key], func(o *waiter) bool { return !o.gone }) {
-		return // the look's answer decides, as for any other key
-	}
-	k.giveBackLocked(*w.got)
-	w.gaveBack = true
-}
-
 // look tries to acquire the keys of batch for their waiters, bounded by
 // lookTimeout but not by the waiters' contexts: a waiter that leaves does
 // not cancel a write that may land (R17).
@@ -296,6 +270,7 @@ func (k *keeper) look(batch []*waiter) {
 	start := time.Now()
 	results := acquireAll(ctx, k.s, keys, func(i int, r grantResult) { k.lookAnswered(batch[i], r) })
 	starts := make([]time.Time, len(batch))
+	renewed := make([]bool, len(batch)) // results[i] came from freshen's renewal
 	for i := range batch {
 		starts[i] = start
 	}
@@ -309,7 +284,7 @@ func (k *keeper) look(batch []*waiter) {
 	k.mu.Unlock()
 	eachAtOnce(len(short), func(j int) { // one key's slow renewal must not hold up the others'
 		i := short[j]
-		results[i].g, starts[i] = k.freshen(ctx, results[i].g, start)
+		results[i].g, starts[i], renewed[i] = k.freshen(ctx, results[i].g, start)
 	})
 	cancel()
 
@@ -321,7 +296,7 @@ func (k *keeper) look(batch []*waiter) {
 	k.roundSize = len(batch)
 	for i, w := range batch {
 		w.looking = false
-		if k.lookedLocked(w, results[i], starts[i]) {
+		if k.lookedLocked(w, results[i], starts[i], renewed[i]) {
 			watch = append(watch, w)
 		}
 	}
@@ -340,29 +315,25 @@ func (k *keeper) short(cfg holdConfig, g Grant, start time.Time) bool {
 	if g.ExpiresAt.IsZero() {
 		return false
 	}
-	ttl := storeTTL(k.s)
-	if ttl <= 0 {
-		ttl = g.ExpiresAt.Sub(start)
-	}
-	renew, margin, err := cfg.plan(ttl)
+	renew, margin, err := cfg.plan(k.grantTTL(g, start))
 	return err != nil || time.Until(g.ExpiresAt) <= renew+margin
 }
 
-// freshen renews a short grant g at once. It returns the grant to keep
-// and when the call that made it began.
-func (k *keeper) freshen(ctx context.Context, g Grant, start time.Time) (Grant, time.Time) {
+// freshen renews a short grant g at once. It returns the grant to keep,
+// when the call that made it was sent, and whether that was the renewal.
+func (k *keeper) freshen(ctx context.Context, g Grant, start time.Time) (Grant, time.Time, bool) {
 	now := time.Now()
 	if next, err := k.s.Renew(ctx, g); err == nil {
-		return next, now
+		return next, now, true
 	}
-	return g, start // grantedLocked finds it too short and looks again later
+	return g, start, false // grantedLocked finds it too short and looks again later
 }
 
 // lookedLocked handles one key's look: a grant goes to the key's first
 // waiter still waiting (or back to the store if none is), a held key or a
 // storage error schedules the next look, anything else answers the
 // waiter. It reports whether w should start watching for releases.
-func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time) (watch bool) {
+func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time, renewal bool) (watch bool) {
 	gaveBack := w.gaveBack
 	w.got, w.gaveBack = nil, false
 	if k.stopped {
@@ -373,7 +344,7 @@ func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time) (watch 
 		return false
 	}
 	if r.err == nil {
-		k.grantedLocked(w, r.g, start)
+		k.grantedLocked(w, r.g, start, renewal)
 		return false
 	}
 	if w.gone {
@@ -387,82 +358,24 @@ func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time) (watch 
 	if !w.waiting && retryable(r.err) && !w.cfg.failIfHeld {
 		w.waiting, w.waitSince = true, k.observeWaitStart(w.key)
 	}
+	k.failWaitersBehindLocked(w, r.err)
 	if !retryable(r.err) || w.cfg.failIfHeld {
 		k.dequeueLocked(w)
 		k.answerLocked(w, HoldResult{Key: w.key, Err: r.err})
 		return false
 	}
-	k.failHeldWaitersLocked(w.key, r.err)
 	k.rescheduleLocked(w, r.err, time.Now())
 	return !w.watched && errors.Is(r.err, ErrHeld)
 }
 
-// failHeldWaitersLocked answers the FailIfHeld waiters of key that queue
-// behind its first waiter, now that a look found the key held.
-func (k *keeper) failHeldWaitersLocked(key string, err error) {
-	if !errors.Is(err, ErrHeld) {
-		return
-	}
-	for _, o := range slices.Clone(k.queues[key][1:]) {
-		if o.cfg.failIfHeld {
+// failWaitersBehindLocked answers the FailIfHeld waiters that queue
+// behind w, the first waiter of its key, with err, what w's look found: a
+// FailIfHeld Hold makes one look, and the first waiter's serves it.
+func (k *keeper) failWaitersBehindLocked(w *waiter, err error) {
+	for _, o := range slices.Clone(k.queues[w.key]) {
+		if o != w && o.cfg.failIfHeld {
 			k.dequeueLocked(o)
-			k.answerLocked(o, HoldResult{Key: key, Err: err})
-		}
-	}
-}
-
-// grantedLocked hands g, which a look for w got, to the first waiter of
-// its key that still waits, or gives it back. A grant that a Held of this
-// store had already (the store kept it after a failed release, R4c) is
-// never handed on: each Held gets a grant of its own (R16).
-func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time) {
-	key := w.key
-	if w.gone {
-		k.dequeueLocked(w)
-	}
-	if sp, ok := k.spent[key]; ok && sp.Owner == g.Owner && g.Epoch <= sp.Epoch {
-		k.giveBackLocked(g)
-		k.retryLocked(key, holdMinBackoff)
-		return
-	}
-	if h := k.helds[key]; h != nil {
-		if hg := h.Grant(); hg.Epoch != g.Epoch || hg.Owner != g.Owner {
-			k.giveBackLocked(g) // never ours to keep: a live Held has the key
-		}
-		return // the live Held's own grant, found again (R4c): never give it up
-	}
-	ws := k.queues[key]
-	if len(ws) == 0 {
-		if mutant != mutantOrphan {
-			k.giveBackLocked(g) // nobody waits for it any more (R17)
-		}
-		return
-	}
-	to := ws[0]
-	renew, margin, deadline, err := k.planLocked(to.cfg, g, start)
-	switch {
-	case err != nil:
-		k.dequeueLocked(to)
-		k.giveBackLocked(g)
-		k.answerLocked(to, HoldResult{Key: key, Err: err})
-	case !deadline.IsZero() && !time.Now().Before(deadline):
-		// The grant came too late to be worth anything: the key looks
-		// again once it has expired, and gets a new epoch then.
-		k.retryLocked(key, max(time.Until(g.ExpiresAt), holdMinBackoff))
-	default:
-		h := k.newHeldLocked(to, g, start, renew, margin) // first: the next waiter must see the key held
-		k.dequeueLocked(to)
-		k.answerLocked(to, HoldResult{Key: key, Held: h})
-		k.failQueuedLocked(key, h)
-	}
-}
-
-// failQueuedLocked answers the FailIfHeld waiters of key now that h holds it.
-func (k *keeper) failQueuedLocked(key string, h *Held) {
-	for _, o := range slices.Clone(k.queues[key]) {
-		if o.cfg.failIfHeld && !o.looking {
-			k.dequeueLocked(o)
-			k.answerLocked(o, HoldResult{Key: key, Err: ownHeldError(h.Grant())})
+			k.answerLocked(o, HoldResult{Key: w.key, Err: err})
 		}
 	}
 }
@@ -471,65 +384,33 @@ func (k *keeper) failQueuedLocked(key string, h *Held) {
 func (k *keeper) retryLocked(key string, wait time.Duration) {
 	if ws := k.queues[key]; len(ws) > 0 && !ws[0].looking {
 		ws[0].due = time.Now().Add(wait)
-		k.looks.set(ws[0])
+		k.looks.Set(ws[0])
 		k.startLocked()
 	}
 }
 
-// planLocked returns a Held's renewal interval, margin and deadline for g,
-// acquired by a call that began at start; the deadline is zero for a
-// grant that never expires.
-func (k *keeper) planLocked(cfg holdConfig, g Grant, start time.Time) (renew, margin time.Duration, deadline time.Time, err error) {
+// planLocked returns how a Held of g is to be kept, and its deadline; g
+// came from a call sent at sent, a renewal or an acquire. The deadline is
+// zero for a grant that never expires.
+func (k *keeper) planLocked(cfg holdConfig, g Grant, sent time.Time, renewal bool) (p holdPlan, deadline time.Time, err error) {
 	if g.ExpiresAt.IsZero() {
-		return 0, 0, time.Time{}, nil
+		return holdPlan{}, time.Time{}, nil
 	}
-	ttl := storeTTL(k.s)
-	if ttl <= 0 {
-		ttl = g.ExpiresAt.Sub(start)
+	p.ttl = k.grantTTL(g, sent)
+	if p.renew, p.margin, err = cfg.plan(p.ttl); err != nil {
+		return holdPlan{}, time.Time{}, err
 	}
-	if renew, margin, err = cfg.plan(ttl); err != nil {
-		return 0, 0, time.Time{}, err
-	}
-	return renew, margin, start.Add(g.ExpiresAt.Sub(start) - margin), nil
+	return p, grantDeadline(g, sent, p.ttl, p.margin, renewal), nil
 }
 
-// giveBackTries bounds how often a grant nobody waits for is released.
-const giveBackTries = 3
-
-// giveBackLocked releases g, which no Held has, with a context of its
-// own, a few times if it must (R17). If it cannot, g expires as a crashed
-// holder's would. The key's waiters wait until it is done.
-func (k *keeper) giveBackLocked(g Grant) {
-	k.settling[g.Key]++
-	k.calls.Add(1)
-	go func() {
-		defer k.calls.Done()
-		var err error
-		for try := range giveBackTries {
-			ctx, cancel := context.WithTimeout(k.ctx, releaseTimeout)
-			err = k.s.Release(ctx, g)
-			cancel()
-			if err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrClosed) || k.ctx.Err() != nil {
-				break // given back, lost already, or never to be given back by this store (R15)
-			}
-			if pause(k.ctx, try) != nil {
-				break
-			}
-		}
-		if err != nil && !errors.Is(err, ErrLost) && !errors.Is(err, ErrClosed) && k.ctx.Err() == nil {
-			storeLogger(k.s).Warn("lease: could not give back a grant nobody waits for; it will expire",
-				"key", g.Key, "epoch", g.Epoch, "err", err)
-		}
-		k.settled(g, err)
-	}()
-}
-
-// storeLogger is the logger of the stores this package ships.
-func storeLogger(s Store) *slog.Logger {
-	if l, ok := s.(interface{ logger() *slog.Logger }); ok {
-		return l.logger()
+// grantTTL is the TTL the store grants: the one it states, else the one
+// g, obtained by a call sent at sent, measures (a store that does not
+// state its TTL is taken at its word once, at a Held's first grant).
+func (k *keeper) grantTTL(g Grant, sent time.Time) time.Duration {
+	if ttl := storeTTL(k.s); ttl > 0 {
+		return ttl
 	}
-	return slog.New(slog.DiscardHandler)
+	return g.ExpiresAt.Sub(sent)
 }
 
 // rescheduleLocked plans w's next look after a look that found err: when
@@ -546,7 +427,7 @@ func (k *keeper) rescheduleLocked(w *waiter, err error, now time.Time) {
 	}
 	w.due = now.Add(wait)
 	w.backoff = min(2*w.backoff, holdMaxBackoff)
-	k.looks.set(w)
+	k.looks.Set(w)
 }
 
 // watch asks the store to tell of releases of w's key, if it can, and
@@ -568,9 +449,9 @@ func (k *keeper) watch(w *waiter) {
 		return
 	}
 	w.watch, w.watched = stop, true
-	if k.looks.scheduled(w) {
+	if k.looks.Scheduled(w) {
 		w.due = time.Now()
-		k.looks.set(w)
+		k.looks.Set(w)
 		k.poke()
 	}
 }

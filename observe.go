@@ -318,15 +318,6 @@ func (e *expiredLost) Unwrap() error { return e.error }
 
 func lostExpired(key string, epoch uint64) error { return &expiredLost{lost(key, epoch)} }
 
-// observerOf returns the observer of a store this package ships; nil for
-// other stores, and for stores without one.
-func observerOf(s Store) *observer {
-	if o, ok := s.(interface{ observed() *observer }); ok {
-		return o.observed()
-	}
-	return nil
-}
-
 // The keeper's helpers: Hold's loop calls each in one line where its
 // state changes.
 

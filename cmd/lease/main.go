@@ -44,7 +44,8 @@
 // exited, which the guard does only once COMMAND's whole tree is gone.
 //
 // The guard keeps the lease's deadline itself (a dead man's switch): the
-// grant's expiry minus the safety margin (TTL/6), on the host's monotonic
+// Held's (R8), when lease run sent its last successful renewal, plus the
+// TTL, minus the safety margin (TTL/6), on the host's monotonic
 // clock (CLOCK_MONOTONIC, which every process reads alike and no change of
 // the wall clock moves). lease run sends it at start and after every
 // renewal. When --grace before that deadline comes and no newer one has

@@ -74,8 +74,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	sv := supervisor{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: stderr, sigc: sigc, grace: f.grace,
-		margin: f.margin(), renewCheck: max(f.ttl/12, time.Millisecond),
-		guard: []string{exe, guardCmd}, lockDir: lockDirOf(url), subreaper: true,
+		renewCheck: max(f.ttl/12, time.Millisecond), guard: []string{exe, guardCmd}, lockDir: lockDirOf(url), subreaper: true,
 	}
 	return sv.run(h, argv)
 }

@@ -14,6 +14,7 @@ import (
 // holding is what the supervisor needs of a *lease.Held.
 type holding interface {
 	Grant() lease.Grant
+	Deadline() time.Time
 	Context() context.Context
 	Release(ctx context.Context) error
 }
@@ -25,9 +26,6 @@ type supervisor struct {
 	stdout, stderr io.Writer
 	sigc           <-chan os.Signal // forwarded to COMMAND's group
 	grace          time.Duration    // stop signal to SIGKILL
-	// margin is the Held's safety margin: its Context ends at the grant's
-	// ExpiresAt minus margin, the lease's deadline the guard is told.
-	margin time.Duration
 	// renewCheck is how often lease run looks for a renewed grant to tell
 	// the guard its new deadline; 0: a second.
 	renewCheck time.Duration
@@ -55,21 +53,22 @@ func leaseEnv(g lease.Grant) []string {
 	}
 }
 
-// deadline returns the lease's deadline for g on the host's monotonic
-// clock (monoNow): its ExpiresAt minus the safety margin, when the Held
-// gives it up if renewals fail. 0: none (the grant never expires, or this
-// system has no shared monotonic clock).
-func (sv supervisor) deadline(g lease.Grant) int64 {
-	if g.ExpiresAt.IsZero() || !hasMonoClock {
+// deadline returns the lease's deadline on the host's monotonic clock
+// (monoNow): the Held's own (R8), when it gives the lease up if renewals
+// fail. 0: none (the grant never expires, or this system has no shared
+// monotonic clock).
+func (sv supervisor) deadline(h holding) int64 {
+	d := h.Deadline()
+	if d.IsZero() || !hasMonoClock {
 		return 0
 	}
 	now := monoNow()
 	if now == 0 {
 		return 0
 	}
-	// ExpiresAt is judged by wall clocks (R8): read the time left on the
-	// wall clock once, and keep it on the monotonic clock from then on.
-	return max(now+int64(time.Until(g.ExpiresAt)-sv.margin), 1)
+	// d carries this process's monotonic reading: the time left reads no
+	// wall clock, so no step of it moves the guard's deadline.
+	return max(now+int64(time.Until(d)), 1)
 }
 
 // closeAll closes files, ignoring errors: they are copies.

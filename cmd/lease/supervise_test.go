@@ -16,7 +16,8 @@ import (
 
 // fakeHeld is a lease the test loses by hand.
 type fakeHeld struct {
-	expires  time.Time // zero: a fixed expiry far ahead
+	expires  time.Time     // zero: a fixed expiry far ahead
+	margin   time.Duration // Deadline is expires minus margin
 	ctx      context.Context
 	lose     context.CancelCauseFunc
 	mu       sync.Mutex
@@ -35,6 +36,7 @@ func (f *fakeHeld) Grant() lease.Grant {
 	}
 	return lease.Grant{Key: "k", Owner: "me", Epoch: 7, ExpiresAt: expires}
 }
+func (f *fakeHeld) Deadline() time.Time      { return f.Grant().ExpiresAt.Add(-f.margin) }
 func (f *fakeHeld) Context() context.Context { return f.ctx }
 func (f *fakeHeld) Release(context.Context) error {
 	f.mu.Lock()
@@ -56,7 +58,7 @@ func superviseChild(t *testing.T, h holding, role string, grace time.Duration, m
 	var stderr syncBuffer
 	sv := supervisor{stdout: w, stderr: &stderr, sigc: make(chan os.Signal), grace: grace, guard: []string{self(t), guardCmd}}
 	if len(margin) > 0 {
-		sv.margin = margin[0]
+		h.(*fakeHeld).margin = margin[0]
 	}
 	done := make(chan int, 1)
 	go func() {

@@ -39,7 +39,7 @@ type reason struct {
 func (sv supervisor) run(h holding, argv []string) int {
 	// If the guard is killed, COMMAND's orphans come here to be killed.
 	reaper := sv.subreaper && setSubreaper()
-	deadline := sv.deadline(h.Grant())
+	deadline := sv.deadline(h)
 	cmd, orders, err := sv.startGuard(h.Grant(), deadline, argv)
 	if err != nil {
 		sv.release(h)
@@ -65,7 +65,7 @@ func (sv supervisor) run(h holding, argv []string) int {
 			done = true
 		case <-renewals.ticks():
 			if g := h.Grant(); !g.ExpiresAt.Equal(renewals.seen) {
-				if d := sv.deadline(g); send(orders, deadlineOrder(d)) { // unsent: told again next tick
+				if d := sv.deadline(h); send(orders, deadlineOrder(d)) { // unsent: told again next tick
 					renewals.seen = g.ExpiresAt
 					bound.deadlineSent(d)
 				}

@@ -1,8 +1,10 @@
-package lease
+// Package schedule is the queue by time of package lease's Hold loop (its
+// keeper): renewals, deadlines and looks, with O(log n) moves and removes.
+package schedule
 
 import "time"
 
-// schedule is a 4-ary min-heap of items by a time each item keeps, such as
+// Schedule is a 4-ary min-heap of items by a time each item keeps, such as
 // a Held's next renewal or a waiter's next look. It costs O(log n) to add,
 // move or remove an item, so that the keeper's work per wake does not grow
 // with the number of keys it keeps (client-go's delaying queue does the
@@ -23,7 +25,7 @@ import "time"
 // Items of equal times come out in the order they were set (a HoldEach's
 // keys, in key order; rounds made one after the other), so that what the
 // keeper takes together lies together.
-type schedule[T comparable] struct {
+type Schedule[T comparable] struct {
 	items []scheduled[T]
 	n     int    // current entries: the items scheduled
 	slack int    // stale entries allowed beyond 3n before compact
@@ -32,7 +34,7 @@ type schedule[T comparable] struct {
 	mark  func(T) *uint64
 }
 
-// scheduled is one entry of a schedule: an item, its time, its mark when
+// Scheduled is one entry of a schedule: an item, its time, its mark when
 // it was set, and its place among the entries (earlier entries first when
 // times are equal).
 type scheduled[T any] struct {
@@ -50,12 +52,15 @@ func (e *scheduled[T]) before(o *scheduled[T]) bool {
 // scheduleArity is how many children an entry of a schedule has.
 const scheduleArity = 4
 
-func newSchedule[T comparable](when func(T) time.Time, mark func(T) *uint64) *schedule[T] {
-	return &schedule[T]{when: when, mark: mark, slack: 1024}
+// New returns an empty schedule of items whose time when reads, and whose
+// mark (a counter the schedule keeps in each item, zero at first) mark
+// returns.
+func New[T comparable](when func(T) time.Time, mark func(T) *uint64) *Schedule[T] {
+	return &Schedule[T]{when: when, mark: mark, slack: 1024}
 }
 
-// set schedules x at its time, or moves it there.
-func (s *schedule[T]) set(x T) {
+// Set schedules x at its time, or moves it there.
+func (s *Schedule[T]) Set(x T) {
 	m := s.mark(x)
 	if *m%2 == 1 {
 		*m += 2 // its entry goes stale
@@ -69,8 +74,8 @@ func (s *schedule[T]) set(x T) {
 	s.compactIfStale()
 }
 
-// remove unschedules x, if it is scheduled.
-func (s *schedule[T]) remove(x T) {
+// Remove unschedules x, if it is scheduled.
+func (s *Schedule[T]) Remove(x T) {
 	if m := s.mark(x); *m%2 == 1 {
 		*m++
 		s.n--
@@ -78,11 +83,11 @@ func (s *schedule[T]) remove(x T) {
 	}
 }
 
-// scheduled reports whether x is scheduled.
-func (s *schedule[T]) scheduled(x T) bool { return *s.mark(x)%2 == 1 }
+// Scheduled reports whether x is scheduled.
+func (s *Schedule[T]) Scheduled(x T) bool { return *s.mark(x)%2 == 1 }
 
-// first returns the item with the earliest time.
-func (s *schedule[T]) first() (x T, ok bool) {
+// First returns the item with the earliest time.
+func (s *Schedule[T]) First() (x T, ok bool) {
 	s.dropStale()
 	if len(s.items) == 0 {
 		return x, false
@@ -90,9 +95,9 @@ func (s *schedule[T]) first() (x T, ok bool) {
 	return s.items[0].x, true
 }
 
-// pop removes and returns the item with the earliest time; the schedule
+// Pop removes and returns the item with the earliest time; the schedule
 // must not be empty.
-func (s *schedule[T]) pop() T {
+func (s *Schedule[T]) Pop() T {
 	s.dropStale()
 	x := s.items[0].x
 	*s.mark(x)++
@@ -102,11 +107,11 @@ func (s *schedule[T]) pop() T {
 	return x
 }
 
-// len returns how many items are scheduled.
-func (s *schedule[T]) len() int { return s.n }
+// Len returns how many items are scheduled.
+func (s *Schedule[T]) Len() int { return s.n }
 
-// clear unschedules every item.
-func (s *schedule[T]) clear() {
+// Clear unschedules every item.
+func (s *Schedule[T]) Clear() {
 	for _, e := range s.items {
 		if m := s.mark(e.x); *m == e.mark {
 			*m++
@@ -119,7 +124,7 @@ func (s *schedule[T]) clear() {
 // compactIfStale drops every stale entry once there are more than 3n
 // plus slack of them: each compaction follows at least that many sets and
 // removes, so it costs O(1) per operation.
-func (s *schedule[T]) compactIfStale() {
+func (s *Schedule[T]) compactIfStale() {
 	if len(s.items)-s.n <= 3*s.n+s.slack {
 		return
 	}
@@ -138,14 +143,14 @@ func (s *schedule[T]) compactIfStale() {
 }
 
 // dropStale removes stale entries from the top of the heap.
-func (s *schedule[T]) dropStale() {
+func (s *Schedule[T]) dropStale() {
 	for len(s.items) > 0 && *s.mark(s.items[0].x) != s.items[0].mark {
 		s.removeTop()
 	}
 }
 
 // removeTop takes the top entry out of the heap.
-func (s *schedule[T]) removeTop() {
+func (s *Schedule[T]) removeTop() {
 	last := len(s.items) - 1
 	s.items[0] = s.items[last]
 	s.items[last] = scheduled[T]{}
@@ -159,7 +164,7 @@ func (s *schedule[T]) removeTop() {
 }
 
 // up sifts the entry at i towards the root.
-func (s *schedule[T]) up(i int) {
+func (s *Schedule[T]) up(i int) {
 	e := s.items[i]
 	for i > 0 {
 		parent := (i - 1) / scheduleArity
@@ -173,7 +178,7 @@ func (s *schedule[T]) up(i int) {
 }
 
 // down sifts the entry at i towards the leaves.
-func (s *schedule[T]) down(i int) {
+func (s *Schedule[T]) down(i int) {
 	e, n := s.items[i], len(s.items)
 	for {
 		child := scheduleArity*i + 1

@@ -1,8 +1,7 @@
-package lease
+package schedule
 
 import (
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
@@ -26,7 +25,7 @@ func TestScheduleOrder(t *testing.T) {
 		for i := range items {
 			items[i] = &item{}
 		}
-		s := newSchedule(func(x *item) time.Time { return x.at }, func(x *item) *uint64 { return &x.mark })
+		s := New(func(x *item) time.Time { return x.at }, func(x *item) *uint64 { return &x.mark })
 		s.slack = rapid.IntRange(0, 8).Draw(t, "slack") // small, so that compactions happen
 		in := map[*item]bool{}
 		sets := 0
@@ -34,22 +33,22 @@ func TestScheduleOrder(t *testing.T) {
 			x := items[rapid.IntRange(0, len(items)-1).Draw(t, "item")]
 			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
 			case op == 9:
-				s.clear()
+				s.Clear()
 				clear(in)
 			case op < 5:
 				x.at = base.Add(time.Duration(rapid.IntRange(0, 20).Draw(t, "at")) * time.Second)
-				s.set(x)
+				s.Set(x)
 				sets++
 				x.set, in[x] = sets, true
 			case op < 7:
-				s.remove(x)
+				s.Remove(x)
 				delete(in, x)
 			default:
-				if s.len() == 0 {
+				if s.Len() == 0 {
 					continue
 				}
-				first, _ := s.first()
-				got := s.pop()
+				first, _ := s.First()
+				got := s.Pop()
 				if got != first {
 					t.Fatalf("first %p, pop %p", first, got)
 				}
@@ -63,8 +62,8 @@ func TestScheduleOrder(t *testing.T) {
 				}
 				delete(in, got)
 			}
-			if s.len() != len(in) {
-				t.Fatalf("len %d, want %d", s.len(), len(in))
+			if s.Len() != len(in) {
+				t.Fatalf("len %d, want %d", s.Len(), len(in))
 			}
 			current := 0
 			for i, e := range s.items {
@@ -86,8 +85,8 @@ func TestScheduleOrder(t *testing.T) {
 				t.Fatalf("%d current entries, want %d", current, len(in))
 			}
 			for _, y := range items {
-				if s.scheduled(y) != in[y] {
-					t.Fatalf("scheduled %v, want %v", s.scheduled(y), in[y])
+				if s.Scheduled(y) != in[y] {
+					t.Fatalf("scheduled %v, want %v", s.Scheduled(y), in[y])
 				}
 			}
 		}
@@ -114,7 +113,7 @@ func TestScheduleLargeOrder(t *testing.T) {
 		{2605, 1e6, false}, {10000, 1e6, true},
 	} {
 		n := c.n
-		s := newSchedule(func(x *item) time.Time { return x.at }, func(x *item) *uint64 { return &x.mark })
+		s := New(func(x *item) time.Time { return x.at }, func(x *item) *uint64 { return &x.mark })
 		items := make([]*item, n)
 		for i := range items {
 			items[i] = &item{}
@@ -122,7 +121,7 @@ func TestScheduleLargeOrder(t *testing.T) {
 		sets := 0
 		set := func(x *item) {
 			x.at = base.Add(time.Duration(r.IntN(c.times)) * time.Millisecond)
-			s.set(x)
+			s.Set(x)
 			sets++
 			x.set = sets
 		}
@@ -134,57 +133,16 @@ func TestScheduleLargeOrder(t *testing.T) {
 				set(x) // moved: its old entry goes stale
 			}
 			for _, x := range items[n/10 : n/5] {
-				s.remove(x)
+				s.Remove(x)
 			}
 		}
 		var last *item
-		for s.len() > 0 {
-			x := s.pop()
+		for s.Len() > 0 {
+			x := s.Pop()
 			if last != nil && (x.at.Before(last.at) || x.at.Equal(last.at) && x.set < last.set) {
 				t.Fatalf("n=%d: popped (%v, set %d) after (%v, set %d)", n, x.at.Sub(base), x.set, last.at.Sub(base), last.set)
 			}
 			last = x
 		}
 	}
-}
-
-// TestInKeyOrder: whatever runs a renewal wave is made of (each from one
-// round, in key order or not, their ranges apart or overlapping, in any
-// order), the keeper renews it in key order, every Held once.
-func TestInKeyOrder(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		k := &keeper{}
-		for range 3 { // the keeper reuses its arrays from wave to wave
-			var wave []*Held
-			var runs []keyRun
-			for range rapid.IntRange(0, 6).Draw(t, "runs") {
-				keys := rapid.SliceOfDistinct(rapid.StringMatching(`[a-e]{1,3}`), rapid.ID[string]).Draw(t, "keys")
-				if len(keys) == 0 {
-					continue
-				}
-				sorted := rapid.Bool().Draw(t, "sorted")
-				if sorted {
-					slices.Sort(keys)
-				}
-				start := len(wave)
-				for _, key := range keys {
-					wave = append(wave, &Held{key: key})
-				}
-				runs = append(runs, keyRun{start, len(wave), !sorted && !slices.IsSorted(keys)})
-			}
-			want := make([]string, len(wave))
-			for i, h := range wave {
-				want[i] = h.key
-			}
-			slices.Sort(want)
-			got := k.inKeyOrder(wave, runs)
-			keys := make([]string, len(got))
-			for i, h := range got {
-				keys[i] = h.key
-			}
-			if !slices.Equal(keys, want) {
-				t.Fatalf("renewed %q; want %q", keys, want)
-			}
-		}
-	})
 }

@@ -36,10 +36,10 @@ import (
 // not g.ExpiresAt: a renewal since g was issued counts.
 //
 // The lock also makes the holder's own renewal of the key, and a batched
-// renewal that includes it, wait until tx ends: keep a fenced transaction
-// far shorter than the lease's slack (a Hold renews every third of the TTL
-// and stops at the TTL less its safety margin, so with the defaults a
-// fenced transaction may last a few seconds without costing the lease).
+// renewal that includes it, wait until tx ends. A Hold renews every third
+// of the TTL and gives up at the TTL less its safety margin (a sixth), so
+// a fenced transaction may delay the key's renewal by about half the TTL
+// (15 s with the defaults) before the lease is lost: keep it short.
 //
 // Call Fence first in tx. At REPEATABLE READ or SERIALIZABLE, a renewal
 // that committed after tx's snapshot makes the statement fail with a

@@ -3,113 +3,35 @@
 package postgres
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
-	"os"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/leasekit/lease"
-	"github.com/leasekit/lease/internal/childproc"
+	"github.com/leasekit/lease/internal/fencechild"
 	"github.com/leasekit/lease/internal/pgserver"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// The fencing child's environment: the store's URL (with its table), the
-// owner, and how far its store's clock runs ahead of the host's.
-const (
-	fenceEnvURL   = "LEASE_TEST_FENCE_URL"
-	fenceEnvOwner = "LEASE_TEST_FENCE_OWNER"
-	fenceEnvSkew  = "LEASE_TEST_FENCE_SKEW"
-)
-
-const (
-	fenceProcs      = 8
-	fenceIterations = 150                   // each child's attempts: an acquire or a fenced write
-	fenceTTL        = 50 * time.Millisecond // short, and never renewed: grants pass on while their holders write
-)
-
-var fenceKeys = []string{"fenced/a", "fenced/b"}
-
-// TestFenceChild is the fencing child's entry point; run directly it does
-// nothing.
+// TestFenceChild is the fencing child's entry point (package fencechild);
+// run directly it does nothing.
 func TestFenceChild(t *testing.T) {
-	url := os.Getenv(fenceEnvURL)
-	if url == "" {
-		return
-	}
-	skew, err := time.ParseDuration(os.Getenv(fenceEnvSkew))
-	if err == nil {
-		err = runFenceChild(url, os.Getenv(fenceEnvOwner), skew)
-	}
-	if err != nil {
-		fmt.Printf("RESULT err %v\n", err)
-		t.Fatal(err)
-	}
-}
-
-// runFenceChild answers "ready", waits for "go", then over fenceIterations
-// attempts takes a key when it holds none (never renewing it) and writes a
-// row for it in a fenced transaction, until Fence says the grant is lost.
-// It answers "done <commits> <losses>" and waits for its stdin to close.
-func runFenceChild(url, owner string, skew time.Duration) error {
-	ctx := context.Background()
-	ahead := func() time.Time { return time.Now().Add(skew) }
-	s, err := lease.Open(ctx, url, lease.WithOwner(owner), lease.WithTTL(fenceTTL), lease.WithClock(ahead))
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	connURL, u, err := splitPostgresURL(url)
-	if err != nil {
-		return err
-	}
-	cfg, err := pgx.ParseConfig(connURL)
-	if err != nil {
-		return err
-	}
-	db := stdlib.OpenDB(*cfg)
-	defer db.Close()
-	in := bufio.NewScanner(os.Stdin)
-	fmt.Println("RESULT ready")
-	if !in.Scan() || in.Text() != "go" {
-		return fmt.Errorf("want go, got %q", in.Text())
-	}
-	var g lease.Grant
-	held := false
-	commits, losses := 0, 0
-	for i := range fenceIterations {
-		if !held {
-			g, err = s.Acquire(ctx, fenceKeys[i%len(fenceKeys)])
-			if errors.Is(err, lease.ErrHeld) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			held = true
+	fencechild.Serve(t, func(url string) (fencechild.Write, func(), error) {
+		connURL, u, err := splitPostgresURL(url)
+		if err != nil {
+			return nil, nil, err
 		}
-		switch err := fencedWrite(ctx, db, u.table, g); {
-		case errors.Is(err, lease.ErrLost):
-			losses++
-			held = false
-		case err != nil:
-			return err
-		default:
-			commits++
+		cfg, err := pgx.ParseConfig(connURL)
+		if err != nil {
+			return nil, nil, err
 		}
-	}
-	fmt.Printf("RESULT done %d %d\n", commits, losses)
-	for in.Scan() {
-	}
-	return nil
+		db := stdlib.OpenDB(*cfg)
+		write := func(ctx context.Context, g lease.Grant) error { return fencedWrite(ctx, db, u.table, g) }
+		return write, func() { db.Close() }, nil
+	})
 }
 
 // fencedWrite records (key, epoch, owner) in the writes table in a
@@ -136,9 +58,9 @@ func fencedWrite(ctx context.Context, db *sql.DB, table string, g lease.Grant) e
 // TestFenceProcessesWriteOnlyAsHolders (R5, R8): 8 processes (this test
 // binary re-executed), their store clocks up to 35 ms apart, take two keys
 // with a 50 ms TTL that they never renew, and write rows for them in
-// fenced transactions while others take the keys over. An independent
-// check then finds that every row was committed while the lease record
-// named its writer's owner and epoch.
+// fenced transactions while others take the keys over (package
+// fencechild). An independent check then finds that every row was
+// committed while the lease record named its writer's owner and epoch.
 //
 // The check does not trust Fence: a deferred trigger on the lease table
 // logs every write of a record at its commit, stamped from a counter row
@@ -169,25 +91,7 @@ func TestFenceProcessesWriteOnlyAsHolders(t *testing.T) {
 		`CREATE CONSTRAINT TRIGGER `+table+`_log AFTER INSERT OR UPDATE ON `+table+`
 			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+table+`_log()`)
 
-	url := postgresStoreURL(t, table)
-	children := make([]*childproc.Child, fenceProcs)
-	for i := range children {
-		owner := fmt.Sprintf("proc-%d", i)
-		children[i] = childproc.Start(t, "TestFenceChild", owner, fenceEnvURL+"="+url, fenceEnvOwner+"="+owner,
-			fmt.Sprintf("%s=%dms", fenceEnvSkew, 5*i))
-	}
-	for _, c := range children {
-		c.Send(t, "go")
-	}
-	commits, losses := 0, 0
-	for _, c := range children {
-		var n, m int
-		if _, err := fmt.Sscanf(c.Recv(t), "done %d %d", &n, &m); err != nil {
-			t.Fatalf("child %s: %v\nstderr: %s", c.Name, err, c.Stderr())
-		}
-		commits, losses = commits+n, losses+m
-	}
-	childproc.StopAll(t, children)
+	commits, losses := fencechild.Run(t, "TestFenceChild", postgresStoreURL(t, table))
 
 	db := pgserver.SharedDB(t)
 	var written, writers, takeovers int
@@ -196,35 +100,34 @@ func TestFenceProcessesWriteOnlyAsHolders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d fenced commits by %d owners, %d losses, %d takeovers", written, writers, losses, takeovers)
-	if written != commits || writers < 2 || takeovers < 1 || losses < 1 {
-		t.Fatalf("%d rows written, %d commits reported, %d writers, %d takeovers, %d losses: "+
-			"want every commit written, and at least 2 writers, a takeover and a loss", written, commits, writers, takeovers, losses)
-	}
-	rows, err := db.Query(`SELECT w.key, w.epoch::text, w.owner, w.stamp, coalesce(h.owner, ''), coalesce(h.epoch::text, 'none')
-		FROM ` + table + `_writes w LEFT JOIN LATERAL (
-			SELECT owner, epoch FROM ` + table + `_history h WHERE h.key = w.key AND h.stamp < w.stamp
+	bad := pgRows(t, `SELECT format('%s epoch %s by %s committed (stamp %s) while the record named %L epoch %s',
+			w.key, w.epoch, w.owner, w.stamp, h.owner, coalesce(h.epoch::text, 'none'))
+		FROM `+table+`_writes w LEFT JOIN LATERAL (
+			SELECT owner, epoch FROM `+table+`_history h WHERE h.key = w.key AND h.stamp < w.stamp
 			ORDER BY h.stamp DESC LIMIT 1) h ON true
 		WHERE h.owner IS DISTINCT FROM w.owner OR h.epoch IS DISTINCT FROM w.epoch
 		ORDER BY w.stamp`)
+	fencechild.Check(t, commits, losses, written, writers, takeovers, bad)
+}
+
+// pgRows runs query on the shared pool and returns its one text column.
+func pgRows(t *testing.T, query string) []string {
+	t.Helper()
+	rows, err := pgserver.SharedDB(t).Query(query)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var bad []string
+	var out []string
 	for rows.Next() {
-		var key, epoch, owner, holder, holderEpoch string
-		var stamp int64
-		if err := rows.Scan(&key, &epoch, &owner, &stamp, &holder, &holderEpoch); err != nil {
+		var s string
+		if err := rows.Scan(&s); err != nil {
 			t.Fatal(err)
 		}
-		bad = append(bad, fmt.Sprintf("%s epoch %s by %s committed (stamp %d) while the record named %q epoch %s",
-			key, epoch, owner, stamp, holder, holderEpoch))
+		out = append(out, s)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(bad) > 0 {
-		t.Fatalf("%d of %d fenced writes committed by a non-holder:\n%s", len(bad), written, strings.Join(bad, "\n"))
-	}
+	return out
 }

@@ -1,5 +1,6 @@
 // Command profilehost is the shape of a profile host: one store per node,
-// its profiles brought up together by HoldEach, Confirm before a destructive step,
+// its profiles brought up together by HoldEach, a fenced transaction (or
+// Confirm, where the store is no SQL database) before a destructive step,
 // Holders for an admin page, metrics for the people who get paged, and
 // ReleaseAll at shutdown so that other nodes take over at once.
 //
@@ -17,15 +18,19 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/leasekit/lease"
@@ -33,8 +38,8 @@ import (
 	// The stores -store can name besides file: and memory:: importing a
 	// driver registers its URL schemes with lease.Open.
 	_ "github.com/leasekit/lease/mongodb"
-	_ "github.com/leasekit/lease/postgres"
-	_ "github.com/leasekit/lease/sqlite"
+	"github.com/leasekit/lease/postgres"
+	"github.com/leasekit/lease/sqlite"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -96,10 +101,11 @@ func run(ctx context.Context, listen, storeURL string) error {
 		profiles[r.Key] = r.Held // serve the profile under r.Held.Context()
 	}
 
-	// Before a destructive step, confirm the lease is held right now,
-	// with a full TTL ahead.
-	if g, err := profiles["profile:42"].Confirm(ctx); err == nil {
-		fmt.Println("deprovisioning", g.Key, "at epoch", g.Epoch)
+	// Before a destructive step, archive the profile in a transaction
+	// fenced by its lease: it commits only while the lease is held, where
+	// a Confirm followed by the write would race a takeover.
+	if err := archive(ctx, storeURL, profiles["profile:42"]); err != nil {
+		log.Print(err)
 	}
 
 	// An admin page: who holds what.
@@ -137,4 +143,74 @@ func run(ctx context.Context, listen, storeURL string) error {
 	}
 	fmt.Println("released:", profiles["profile:41"].Context().Err() != nil)
 	return nil
+}
+
+// archive records h's profile as archived, in the lease's own database
+// when the store is one (sqlite: or postgres://), in a transaction fenced
+// by h's grant. Another store keeps its records elsewhere: there it
+// confirms the lease, and an archive would refuse writes of an older
+// epoch than the newest it has seen (fencing by epoch).
+func archive(ctx context.Context, storeURL string, h *lease.Held) error {
+	db, fence, insert, err := openLeaseDB(storeURL)
+	if err != nil {
+		return err
+	}
+	if db == nil {
+		g, err := h.Confirm(ctx)
+		if err == nil {
+			fmt.Println("archiving", g.Key, "at epoch", g.Epoch)
+		}
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS profile_archive (key TEXT NOT NULL, epoch BIGINT NOT NULL)`); err != nil {
+		return err
+	}
+	g := h.Grant()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fence(ctx, tx, g); err != nil {
+		return err // lease.ErrLost: another node has the profile; nothing is archived
+	}
+	if _, err := tx.ExecContext(ctx, insert, g.Key, int64(g.Epoch)); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	fmt.Println("archived", g.Key, "at epoch", g.Epoch)
+	return nil
+}
+
+// openLeaseDB opens a pool of the program's own on the database that
+// storeURL keeps its leases in, with the Fence of its driver and the
+// archive's INSERT in its placeholders; db is nil for a store that is no
+// SQL database.
+func openLeaseDB(storeURL string) (db *sql.DB, fence func(context.Context, *sql.Tx, lease.Grant) error, insert string, err error) {
+	switch {
+	case strings.HasPrefix(storeURL, "sqlite:"):
+		dsn := url.URL{Scheme: "file", Path: strings.TrimPrefix(storeURL, "sqlite:"),
+			RawQuery: "_pragma=busy_timeout(5000)&_txlock=immediate"}
+		db, err = sql.Open("sqlite", dsn.String())
+		return db, sqlite.Fence, `INSERT INTO profile_archive VALUES (?, ?)`, err
+	case strings.HasPrefix(storeURL, "postgres://"), strings.HasPrefix(storeURL, "postgresql://"):
+		u, err := url.Parse(storeURL)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		q := u.Query()
+		table := cmp.Or(q.Get("table"), postgres.DefaultTable)
+		q.Del("table") // the driver's own parameters, which the server would refuse
+		q.Del("max_conns")
+		u.RawQuery = q.Encode()
+		db, err = sql.Open("pgx", u.String()) // pgx's database/sql driver, which the postgres driver registers
+		fence = func(ctx context.Context, tx *sql.Tx, g lease.Grant) error {
+			return postgres.Fence(ctx, tx, g, postgres.Table(table))
+		}
+		return db, fence, `INSERT INTO profile_archive VALUES ($1, $2)`, err
+	}
+	return nil, nil, "", nil
 }

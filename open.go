@@ -94,6 +94,9 @@ func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 	case "memory":
 		return NewDocumentStore(NewMemoryDriver(), owned...)
 	case "file":
+		if err := redact.NoQuery("file", url, "file:/path/dir"); err != nil {
+			return nil, err
+		}
 		return openLocalStore(rest, opts)
 	}
 	open, err := schemeOpener(scheme, url)

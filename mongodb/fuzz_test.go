@@ -113,7 +113,7 @@ func mongoOwnerPatternOf() string {
 // FuzzMongoURL feeds splitMongoURL (what lease.Open does with a mongodb://
 // URL before it connects) any URL. It must never panic; a refusal starts
 // with "lease:" and never shows a password given as
-// scheme://user:password@; an accepted URL names a database and
+// scheme://user:password@ or as a query parameter; an accepted URL names a database and
 // collection MongoDB accepts, with the collection parameter taken out of
 // the URL the driver gets.
 func FuzzMongoURL(f *testing.F) {
@@ -133,12 +133,20 @@ func FuzzMongoURL(f *testing.F) {
 		if strings.Contains(raw, secret) {
 			return
 		}
+		querySep := "?"
+		if strings.Contains(raw, "?") {
+			querySep = "&"
+		}
 		for _, scheme := range []string{"mongodb", "mongodb+srv"} {
-			withSecret := scheme + "://user:" + secret + "@" + raw
-			if u, err := splitMongoURL(withSecret); err != nil && strings.Contains(err.Error(), secret) {
-				t.Fatalf("splitMongoURL(%q) = %v: the error shows the password", withSecret, err)
-			} else if err == nil {
-				checkMongoURL(t, withSecret, u)
+			for _, withSecret := range []string{
+				scheme + "://user:" + secret + "@" + raw,
+				scheme + "://" + raw + querySep + "tlsCertificateKeyFilePassword=" + secret, // found by review: the errors quoted the query
+			} {
+				if u, err := splitMongoURL(withSecret); err != nil && strings.Contains(err.Error(), secret) {
+					t.Fatalf("splitMongoURL(%q) = %v: the error shows the password", withSecret, err)
+				} else if err == nil {
+					checkMongoURL(t, withSecret, u)
+				}
 			}
 		}
 	})

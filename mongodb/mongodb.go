@@ -381,14 +381,33 @@ func openURL(ctx context.Context, rawURL string) (lease.Driver, error) {
 }
 
 // connectError tells why the MongoDB driver refused a URL, in its words
-// but for a password that SASLprep refuses: that error quotes the
-// character refused, a piece of the password.
+// less the values they quote: its URL parser quotes option values
+// ("invalid option value", "invalid value for"), a bad escape or a host,
+// and its TLS setup a file's path (tlsCAFile): any of them may be a piece
+// of a password or token pasted unescaped,
+// and SASLprep quotes the character of the password it refuses. The name
+// of a known option whose value is refused is kept.
 func connectError(err error) error {
 	var prep stringprep.Error
 	if errors.As(err, &prep) {
 		return redact.Retold("lease: mongodb connect: SCRAM cannot use the password: SASLprep refuses a character in it ("+prep.Msg+")", err)
 	}
-	return fmt.Errorf("lease: mongodb connect: %w", err)
+	msg := redact.Unquoted(err, isOptionName)
+	for _, parse := range []string{"error parsing uri: ", "error validating uri: "} {
+		if rest, ok := strings.CutPrefix(msg, parse); ok {
+			return redact.Retold("lease: mongodb: cannot parse the URL: "+rest, err)
+		}
+	}
+	return redact.Retold("lease: mongodb connect: "+msg, err)
+}
+
+// isOptionName reports whether q, quoted after before in an error of the
+// MongoDB driver's URL parser, is the name of an option it knows: it
+// quotes only those after "invalid value for ".
+func isOptionName(before, q string) bool {
+	name := strings.Trim(q, `"`)
+	return strings.HasSuffix(before, "invalid value for") && name != "" &&
+		strings.IndexFunc(name, func(r rune) bool { return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z') }) < 0
 }
 
 // mongoURL is a mongodb:// URL taken apart by splitMongoURL.
@@ -401,8 +420,10 @@ type mongoURL struct {
 // splitMongoURL takes the database name from a MongoDB URL's path and the
 // collection from its "collection" parameter, and returns the URL without
 // that parameter (the driver warns about options it does not know). Names
-// that MongoDB would refuse are refused here, with the URL (redacted),
-// and so is a URL whose password redact.Check finds ambiguous.
+// that MongoDB would refuse are refused here, and so is a URL whose
+// password redact.Check finds ambiguous. The errors quote the name
+// refused, never the URL: another of its parameters may carry a secret
+// (tlsCertificateKeyFilePassword, an AWS session token).
 func splitMongoURL(rawURL string) (mongoURL, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok || (scheme != "mongodb" && scheme != "mongodb+srv") {
@@ -423,22 +444,22 @@ func splitMongoURL(rawURL string) (mongoURL, error) {
 			err = errors.New(`a database name is 1 to 63 bytes without / \ . " $ * < > : | ? space or NUL`)
 		}
 		if err != nil {
-			return mongoURL{}, fmt.Errorf("lease: database name in %q: %w", redact.URL(rawURL), err)
+			return mongoURL{}, fmt.Errorf("lease: mongodb URL: database name %q: %w", path, err)
 		}
 		u.db = db
 	}
 	var kept []string
-	for _, p := range strings.Split(query, "&") {
+	// Split as the MongoDB driver splits, at "&" and ";".
+	for _, p := range strings.FieldsFunc(query, func(r rune) bool { return r == '&' || r == ';' }) {
 		k, v, _ := strings.Cut(p, "=")
 		if !strings.EqualFold(k, "collection") {
-			if p != "" {
-				kept = append(kept, p)
-			}
+			kept = append(kept, p)
 			continue
 		}
 		coll, err := url.QueryUnescape(v)
 		if err != nil || coll == "" || strings.ContainsAny(coll, "$\x00") {
-			return mongoURL{}, fmt.Errorf("lease: bad collection name %q in %q", v, redact.URL(rawURL))
+			return mongoURL{}, fmt.Errorf(`lease: mongodb URL: collection name %q: want one that is not empty, `+
+				`with no "$" or NUL (escape others as %%XX)`, v)
 		}
 		u.coll = coll
 	}

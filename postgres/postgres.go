@@ -26,6 +26,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"net/url"
 	"strconv"
@@ -550,30 +551,38 @@ func splitPostgresURL(rawURL string) (connURL string, opts urlOptions, err error
 	if !hasTable && !hasMax {
 		return rawURL, opts, nil
 	}
-	one := func(name string) (string, error) {
-		vs := q[name]
-		q.Del(name)
-		if len(vs) != 1 || vs[0] == "" {
-			return "", fmt.Errorf("lease: postgres URL %s: want one %s parameter with a value, got %q", u.Redacted(), name, vs)
-		}
-		return vs[0], nil
-	}
 	if hasTable {
-		if opts.table, err = one("table"); err != nil {
+		if opts.table, err = takeOne(q, "table"); err != nil {
 			return "", urlOptions{}, err
 		}
 	}
 	if hasMax {
-		v, err := one("max_conns")
+		v, err := takeOne(q, "max_conns")
 		if err != nil {
 			return "", urlOptions{}, err
 		}
 		if opts.maxConns, err = strconv.Atoi(v); err != nil || opts.maxConns < 1 {
-			return "", urlOptions{}, fmt.Errorf("lease: postgres URL %s: max_conns %q: want a whole number of connections from 1", u.Redacted(), v)
+			return "", urlOptions{}, fmt.Errorf("lease: postgres URL: max_conns %q: want a whole number of connections from 1", v)
 		}
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), opts, nil
+}
+
+// takeOne takes the driver's parameter name out of q, refusing it unless
+// it is given once, with a value. Like every error about the URL's query,
+// the error names the parameter and quotes nothing of the URL: its other
+// parameters may carry a password (password=, sslpassword=).
+func takeOne(q url.Values, name string) (string, error) {
+	vs := q[name]
+	q.Del(name)
+	switch {
+	case len(vs) != 1:
+		return "", fmt.Errorf("lease: postgres URL: want one %s parameter with a value, got %d", name, len(vs))
+	case vs[0] == "":
+		return "", fmt.Errorf("lease: postgres URL: want one %s parameter with a value, got one without", name)
+	}
+	return vs[0], nil
 }
 
 // urlParseProblem says what net/url found wrong, in general terms: its
@@ -594,35 +603,57 @@ func urlParseProblem(err error) string {
 
 // parseConfigError makes pgx's refusal of a connection string one line
 // that quotes none of it (pgx's own text quotes the string, hiding the
-// password only where its patterns find one). It keeps what pgx found
-// wrong and pgx's cause, less any number it quotes; errors.As still
-// finds pgx's *pgconn.ParseConfigError.
+// password only where its patterns find one, and quotes values of it in
+// some of its causes). It keeps what pgx found wrong and pgx's cause,
+// less any value they quote (pgxCause); errors.As still finds pgx's
+// *pgconn.ParseConfigError.
 func parseConfigError(err error) error {
 	msg := "lease: postgres: cannot parse the connection string"
 	var pe *pgconn.ParseConfigError
 	if !errors.As(err, &pe) {
 		return redact.Retold(msg, err)
 	}
-	what := pe.Error()
+	// pgx's text without the string: "cannot parse ``: what (cause)".
+	bare := *pe
+	bare.ConnString = ""
+	what := strings.TrimPrefix(bare.Error(), "cannot parse ``: ")
 	cause := errors.Unwrap(pe)
 	if cause != nil {
 		what = strings.TrimSuffix(what, " ("+cause.Error()+")")
 	}
-	// What pgx found wrong follows the quoted string, after its last
-	// "`: " (pgx's own words hold none).
-	if i := strings.LastIndex(what, "`: "); i >= 0 {
-		msg += ": " + what[i+len("`: "):]
-	}
-	var ne *strconv.NumError
-	switch {
-	case errors.As(cause, &ne):
-		msg += " (" + ne.Err.Error() + ")"
-	case strings.HasSuffix(msg, "as URL"): // net/url's errors quote the URL's parts
-		msg += " (" + urlParseProblem(cause) + ")"
-	case cause != nil:
-		msg += " (" + cause.Error() + ")"
+	// What pgx found wrong is its own words, but for a value it may add
+	// after them ("unknown target_session_attrs value: ...").
+	what, _, _ = strings.Cut(what, ": ")
+	msg += ": " + what
+	if cause != nil {
+		msg += " (" + pgxCause(what, cause) + ")"
 	}
 	return redact.Retold(msg, pe)
+}
+
+// pgxCause is the text of the cause of a pgx refusal, less what it
+// quotes of the connection string: a number it could not read, a part of
+// a URL, a file's path (sslcert, sslkey, sslrootcert), a service name, a
+// host. Any of them may be a piece of a password pasted unescaped.
+func pgxCause(what string, cause error) string {
+	var ne *strconv.NumError
+	var pe *fs.PathError
+	switch {
+	case errors.As(cause, &ne):
+		return ne.Err.Error()
+	case strings.HasSuffix(what, "as URL"): // net/url's errors quote the URL's parts
+		return urlParseProblem(cause)
+	case strings.HasPrefix(what, "failed to read service"): // its causes end with the file or service
+		text, _, _ := strings.Cut(cause.Error(), ":")
+		return text
+	case errors.As(cause, &pe): // "unable to read cert: open PATH: no such file or directory"
+		return redact.Unquoted(cause, nil)
+	}
+	text := cause.Error()
+	if i := strings.IndexAny(text, "'\"`"); i >= 0 { // "failed to split host:port in '...'"
+		text = strings.TrimSuffix(strings.TrimRight(text[:i], " :,"), " in")
+	}
+	return text
 }
 
 // foldLines makes a pgx error of many lines one.

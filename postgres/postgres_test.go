@@ -575,7 +575,8 @@ func TestSplitPostgresURL(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"postgres://u:secret@h/db?table=a&table=b", "postgres://u:secret@h/db?max_conns=0",
-		"postgres://u:secret@h/db?max_conns=ten", "postgres://u:secret@h/db?max_conns=", "postgres://u:secret@h/db?max_conns=1&max_conns=2"} {
+		"postgres://u:secret@h/db?max_conns=ten", "postgres://u:secret@h/db?max_conns=", "postgres://u:secret@h/db?max_conns=1&max_conns=2",
+		"postgres://u@h/db?password=secret&max_conns=0", "postgres://u@h/db?table=a&sslpassword=secret&table=b"} {
 		_, _, err := splitPostgresURL(bad)
 		if err == nil || strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "\n") {
 			t.Errorf("splitPostgresURL(%q): %v; want a one-line error without the password", bad, err)

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/leasekit/lease"
+	"github.com/leasekit/lease/internal/redact"
 
 	"modernc.org/sqlite" // the "sqlite" database/sql driver: pure Go, no cgo
 )
@@ -620,11 +621,15 @@ func init() {
 
 // openURL serves lease.Open for sqlite:PATH URLs (sqlite:/path/leases.db,
 // or sqlite:///path/leases.db). A URL that names a host is refused, and
-// not shown: what would be its user info may hold a password.
+// not shown: what would be its user info may hold a password. So is one
+// with a query: the errors would show it as part of the path.
 func openURL(_ context.Context, url string) (lease.Driver, error) {
 	path := strings.TrimPrefix(url, "sqlite:")
 	if strings.HasPrefix(path, "//") && !strings.HasPrefix(path, "///") {
 		return nil, errors.New("lease: sqlite: URL names a host (sqlite://HOST/...); want sqlite:/path/leases.db")
+	}
+	if err := redact.NoQuery("sqlite", url, "sqlite:/path/leases.db"); err != nil {
+		return nil, err
 	}
 	return Open(path)
 }

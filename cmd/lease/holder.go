@@ -141,8 +141,10 @@ func printHolder(w io.Writer, out holderJSON, asJSON bool, why string) {
 // that does not exist yet (an SQLite file or a file: directory), so that
 // looking does not create it; "" when the store may exist.
 func missingStore(url string) string {
-	if _, rest, _ := strings.Cut(url, ":"); strings.HasPrefix(rest, "//") && !strings.HasPrefix(rest, "///") {
-		return "" // names a host: lease.Open refuses it without showing it (its user info may hold a password)
+	if _, rest, _ := strings.Cut(url, ":"); strings.HasPrefix(rest, "//") && !strings.HasPrefix(rest, "///") || strings.Contains(rest, "?") {
+		// Names a host, or has a query: lease.Open refuses it without
+		// showing it (its user info or query may hold a password).
+		return ""
 	}
 	path, ok := strings.CutPrefix(url, "sqlite:")
 	if !ok {

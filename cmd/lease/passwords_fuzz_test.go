@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,8 @@ var passwordURLs = []struct{ before, after string }{
 // FuzzStorePasswords (issue 26, section 3): no error of lease.Open, with
 // every driver registered, nor anything "lease holder", "lease list" and
 // "lease run" print when opening a store fails, shows a piece of the
-// password of the store URL, whatever characters it holds; Open's errors
+// password of the store URL, whatever characters it holds, in the user
+// info or in a query parameter (queryPasswordURLs); Open's errors
 // are one line with one "lease:" prefix. The fuzzer's bytes become a
 // password of printable ASCII ("/", "?", "#", "@", ":", "%" and space
 // among them), put into every URL of passwordURLs.
@@ -75,7 +77,7 @@ func FuzzStorePasswords(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		pw := printable(raw)
-		for _, u := range passwordURLs {
+		for _, u := range slices.Concat(passwordURLs, queryPasswordURLs) {
 			url, twinURL := u.before+pw+u.after, u.before+twin(pw)+u.after
 			got := openError(url)
 			if got != "" && (!strings.HasPrefix(got, "lease: ") || strings.Count(got, "lease:") != 1 || strings.ContainsAny(got, "\n\r")) {

@@ -12,6 +12,8 @@ package redact
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"regexp"
 	"strings"
 )
 
@@ -148,3 +150,44 @@ type retold struct {
 
 func (e *retold) Error() string { return e.msg }
 func (e *retold) Unwrap() error { return e.err }
+
+// quoted matches a string as %q writes it, with the ": " or spaces
+// before it.
+var quoted = regexp.MustCompile(`(?:: | *)"(?:[^"\\]|\\.)*"`)
+
+// Unquoted returns a library's error text less the values it quotes:
+// the strings it quotes as %q does, and the path of a *fs.PathError in
+// its chain. A value taken from a URL (a host, an option's value, an
+// escape, a file name) may be a piece of a password pasted unescaped.
+// keep, if not nil, keeps a quoted string q (its quotes included) that
+// follows the text before.
+func Unquoted(err error, keep func(before, q string) bool) string {
+	text := err.Error()
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		text = strings.Replace(text, pe.Error(), pe.Op+": "+pe.Err.Error(), 1)
+	}
+	var b strings.Builder
+	last := 0
+	for _, m := range quoted.FindAllStringIndex(text, -1) {
+		b.WriteString(text[last:m[0]])
+		if q := text[m[0]:m[1]]; keep != nil && keep(text[:m[0]], strings.TrimLeft(q, ": ")) {
+			b.WriteString(q)
+		}
+		last = m[1]
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
+
+// NoQuery refuses a URL of a scheme that takes a path and no parameters
+// (sqlite:, file:) if it has a query, without quoting it: the path would
+// hold it, and the errors that show the path would show a secret its
+// writer meant as a parameter (sqlite:/app/leases.db?_auth_pass=...).
+// want is the form the scheme takes.
+func NoQuery(scheme, rawURL, want string) error {
+	if !strings.Contains(rawURL, "?") {
+		return nil
+	}
+	return fmt.Errorf(`lease: %s: the URL has a query ("?"): %s: takes no parameters; want %s`, scheme, scheme, want)
+}

@@ -76,10 +76,14 @@ func RegisterScheme(scheme string, open DriverOpener) {
 // A URL of a scheme that no imported package registered fails with an
 // error naming the import to add. Closing the store closes what Open opened.
 //
-// No error of Open shows a URL's password. Write "/", "?", "#", "@", ":"
-// and "%" in a user name or password percent-encoded (%2F, %3F, %23, %40,
-// %3A, %25): a URL with a "/", "?" or "#" before its last "@" is refused,
-// as a parser would take part of the password for the host.
+// No error of Open shows a URL's password, nor any part of its query,
+// where a parameter may carry a secret (password=, a token): an error
+// names the bad parameter, and its value only when that is a name or a
+// number of this library's (table, collection, max_conns). Write "/", "?",
+// "#", "@", ":" and "%" in a user name or password percent-encoded (%2F,
+// %3F, %23, %40, %3A, %25): a URL with a "/", "?" or "#" before its last
+// "@" is refused, as a parser would take part of the password for the
+// host. sqlite: and file: URLs take no query: one with a "?" is refused.
 func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -1,12 +1,15 @@
-// Package redact keeps passwords out of the errors that name store URLs.
-// The package lease, the driver packages and the lease command share it.
+// Package redact keeps passwords and other secrets out of the errors
+// about store URLs. The package lease, the driver packages and the lease
+// command share it. Those errors quote no part of a URL but its scheme
+// (Scheme) and the names and values this library reads from it; what
+// the parsers they use say is retold without the values they quote
+// (Unquoted, Retold).
 //
 // A URL's password is the part of its user info after the first ":", up
 // to the "@" that ends the user info: scheme://user:password@host. People
 // paste generated passwords unescaped, so a password may hold any
-// character, "/", "?", "#", "@" and ":" among them; what follows reads the
-// user info as everything before the URL's last "@", and refuses (Check)
-// the URLs that a URL parser would read another way.
+// character, "/", "?", "#", "@" and ":" among them; Check refuses the URLs
+// that a URL parser would read another way than up to the last "@".
 package redact
 
 import (
@@ -16,45 +19,6 @@ import (
 	"regexp"
 	"strings"
 )
-
-// hidden stands for the user info an error leaves out.
-const hidden = "xxxxx"
-
-// URL returns rawURL as an error may show it: everything between the
-// user name and the last "@" replaced by "xxxxx", whatever characters the
-// password holds, and the user name too when no ":" follows it (a lone
-// user info may be a token). A string without "@" has no user info and
-// comes back as it is.
-func URL(rawURL string) string {
-	at := strings.LastIndexByte(rawURL, '@')
-	if at < 0 {
-		return rawURL
-	}
-	start := userinfoStart(rawURL)
-	if start > at {
-		// An "@" before the scheme's ":" cannot end a user info: hide
-		// all before it.
-		start = 0
-	}
-	if user, _, ok := strings.Cut(rawURL[start:at], ":"); ok {
-		start += len(user) + 1
-	}
-	return rawURL[:start] + hidden + rawURL[at:]
-}
-
-// userinfoStart is where the user info of rawURL would begin: after the
-// scheme's ":" and the "//" that may follow it, or at the start when
-// there is no ":" at all.
-func userinfoStart(rawURL string) int {
-	colon := strings.IndexByte(rawURL, ':')
-	if colon < 0 {
-		return 0
-	}
-	if strings.HasPrefix(rawURL[colon+1:], "//") {
-		return colon + 3
-	}
-	return colon + 1
-}
 
 // Scheme returns the scheme of rawURL, the text before its first ":", and
 // whether an error may show it: when it is well formed (RFC 3986: a letter,
@@ -106,8 +70,8 @@ var (
 )
 
 // Check refuses a scheme://user:password@host/... URL whose user info a
-// URL parser (net/url, libpq, the MongoDB driver) would read otherwise than
-// URL hides it, so that neither a parser's error nor a host, port, path or
+// URL parser (net/url, libpq, the MongoDB driver) would not end at the
+// last "@", so that neither a parser's error nor a host, port, path or
 // query taken from the URL can carry a piece of the password: a "/", "?"
 // or "#" before the last "@" (the parser ends the user info, and the host,
 // there), or a "%" in the user info that does not start a %XX escape (the

@@ -46,7 +46,7 @@ func ownHeldError(g Grant) error {
 // its key that still waits, or gives it back. A grant that a Held of this
 // store had already (the store kept it after a failed release, R4c) is
 // never handed on: each Held gets a grant of its own (R16).
-func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time, renewal bool) {
+func (k *keeper) grantedLocked(w *waiter, g Grant, start reading, renewal bool) {
 	key := w.key
 	if w.gone {
 		k.dequeueLocked(w)
@@ -79,7 +79,7 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time, renewal bool
 	case !deadline.IsZero() && !time.Now().Before(deadline):
 		// The grant came too late to be worth anything: the key looks
 		// again once it has expired, and gets a new epoch then.
-		k.retryLocked(key, max(time.Until(g.ExpiresAt), holdMinBackoff))
+		k.retryLocked(key, max(g.ExpiresAt.Sub(readClocks().wall), holdMinBackoff))
 	default:
 		h := k.newHeldLocked(to, g, start, renewal, p) // first: the next waiter must see the key held
 		k.dequeueLocked(to)

@@ -114,7 +114,7 @@ func (k *keeper) poke() {
 // newHeldLocked makes the live Held of g for waiter w, kept as p plans,
 // and schedules its renewals. g came from a call sent at sent: an acquire,
 // or a renewal (renewal) of a short grant.
-func (k *keeper) newHeldLocked(w *waiter, g Grant, sent time.Time, renewal bool, p holdPlan) *Held {
+func (k *keeper) newHeldLocked(w *waiter, g Grant, sent reading, renewal bool, p holdPlan) *Held {
 	h := &Held{s: k.s, k: k, key: g.Key, grant: g, renew: p.renew, margin: p.margin, ttl: p.ttl}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(w.ctx))
 	k.helds[g.Key] = h
@@ -135,7 +135,7 @@ func (k *keeper) newHeldLocked(w *waiter, g Grant, sent time.Time, renewal bool,
 // scheduleLocked plans h's next renewal and deadline after a grant g
 // obtained by a call sent at sent, a renewal or an acquire. The deadline
 // is R8's (grantDeadline), on the monotonic clock.
-func (k *keeper) scheduleLocked(h *Held, g Grant, sent time.Time, renewal bool) {
+func (k *keeper) scheduleLocked(h *Held, g Grant, sent reading, renewal bool) {
 	if g.ExpiresAt.IsZero() {
 		return // never expires: nothing to renew
 	}
@@ -144,12 +144,12 @@ func (k *keeper) scheduleLocked(h *Held, g Grant, sent time.Time, renewal bool) 
 	h.deadline = deadline
 	h.mu.Unlock()
 	h.retry, h.renewErr = max(h.renew/8, time.Millisecond), nil
-	k.joinLocked(h, earliest(sent.Add(h.renew), deadline.Add(-h.renew/4)), deadline)
+	k.joinLocked(h, earliest(sent.mono.Add(h.renew), deadline.Add(-h.renew/4)), deadline)
 }
 
 // renewed installs a grant renewed by a call sent at sent, and reports
 // whether h still holds (false: it ended meanwhile).
-func (k *keeper) renewed(h *Held, next Grant, sent time.Time) bool {
+func (k *keeper) renewed(h *Held, next Grant, sent reading) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if !h.install(next) {
@@ -437,10 +437,10 @@ func (k *keeper) startRenewOfLocked(batch []*Held) {
 // started; sc is kept for a later call once the answers are in.
 func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
 	defer k.calls.Done()
-	start := time.Now()
-	bound := max(deadline.Sub(start)/2, time.Millisecond)
+	start := readClocks()
+	bound := max(deadline.Sub(start.mono)/2, time.Millisecond)
 	if mutant == mutantWholeBatch {
-		bound = max(deadline.Sub(start), time.Millisecond)
+		bound = max(deadline.Sub(start.mono), time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(k.ctx, bound)
 	results := renewAll(ctx, k.s, sc)
@@ -470,7 +470,7 @@ func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
 // ends, and one whose storage failed retries sooner, unless the call ran
 // out of time (timedOut): those it returns, to be split and tried again
 // at once.
-func (k *keeper) answerRenewalsLocked(batch []*Held, results []grantResult, start time.Time, timedOut bool) (again []*Held) {
+func (k *keeper) answerRenewalsLocked(batch []*Held, results []grantResult, start reading, timedOut bool) (again []*Held) {
 	k.roundSize = len(batch)
 	defer func() { k.roundSize = 0 }()
 	now := time.Now()

@@ -267,9 +267,9 @@ func (k *keeper) look(batch []*waiter) {
 		keys[i] = w.key
 	}
 	ctx, cancel := context.WithTimeout(k.ctx, lookTimeout)
-	start := time.Now()
+	start := readClocks()
 	results := acquireAll(ctx, k.s, keys, func(i int, r grantResult) { k.lookAnswered(batch[i], r) })
-	starts := make([]time.Time, len(batch))
+	starts := make([]reading, len(batch))
 	renewed := make([]bool, len(batch)) // results[i] came from freshen's renewal
 	for i := range batch {
 		starts[i] = start
@@ -288,7 +288,7 @@ func (k *keeper) look(batch []*waiter) {
 	})
 	cancel()
 
-	took := time.Since(start)
+	took := time.Since(start.mono)
 	k.mu.Lock()
 	k.looking = false
 	k.lookPerKey = (k.lookPerKey + took/time.Duration(len(batch))) / 2
@@ -311,18 +311,18 @@ func (k *keeper) look(batch []*waiter) {
 // short reports whether g, acquired by a call that began at start, has
 // less time left than a Held's plan needs: a grant the store held already
 // (R4c) may be short, and so may one whose write was answered late.
-func (k *keeper) short(cfg holdConfig, g Grant, start time.Time) bool {
+func (k *keeper) short(cfg holdConfig, g Grant, start reading) bool {
 	if g.ExpiresAt.IsZero() {
 		return false
 	}
 	renew, margin, err := cfg.plan(k.grantTTL(g, start))
-	return err != nil || time.Until(g.ExpiresAt) <= renew+margin
+	return err != nil || g.ExpiresAt.Sub(readClocks().wall) <= renew+margin
 }
 
 // freshen renews a short grant g at once. It returns the grant to keep,
 // when the call that made it was sent, and whether that was the renewal.
-func (k *keeper) freshen(ctx context.Context, g Grant, start time.Time) (Grant, time.Time, bool) {
-	now := time.Now()
+func (k *keeper) freshen(ctx context.Context, g Grant, start reading) (Grant, reading, bool) {
+	now := readClocks()
 	if next, err := k.s.Renew(ctx, g); err == nil {
 		return next, now, true
 	}
@@ -333,7 +333,7 @@ func (k *keeper) freshen(ctx context.Context, g Grant, start time.Time) (Grant, 
 // waiter still waiting (or back to the store if none is), a held key or a
 // storage error schedules the next look, anything else answers the
 // waiter. It reports whether w should start watching for releases.
-func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time, renewal bool) (watch bool) {
+func (k *keeper) lookedLocked(w *waiter, r grantResult, start reading, renewal bool) (watch bool) {
 	gaveBack := w.gaveBack
 	w.got, w.gaveBack = nil, false
 	if k.stopped {
@@ -392,7 +392,7 @@ func (k *keeper) retryLocked(key string, wait time.Duration) {
 // planLocked returns how a Held of g is to be kept, and its deadline; g
 // came from a call sent at sent, a renewal or an acquire. The deadline is
 // zero for a grant that never expires.
-func (k *keeper) planLocked(cfg holdConfig, g Grant, sent time.Time, renewal bool) (p holdPlan, deadline time.Time, err error) {
+func (k *keeper) planLocked(cfg holdConfig, g Grant, sent reading, renewal bool) (p holdPlan, deadline time.Time, err error) {
 	if g.ExpiresAt.IsZero() {
 		return holdPlan{}, time.Time{}, nil
 	}
@@ -406,11 +406,11 @@ func (k *keeper) planLocked(cfg holdConfig, g Grant, sent time.Time, renewal boo
 // grantTTL is the TTL the store grants: the one it states, else the one
 // g, obtained by a call sent at sent, measures (a store that does not
 // state its TTL is taken at its word once, at a Held's first grant).
-func (k *keeper) grantTTL(g Grant, sent time.Time) time.Duration {
+func (k *keeper) grantTTL(g Grant, sent reading) time.Duration {
 	if ttl := storeTTL(k.s); ttl > 0 {
 		return ttl
 	}
-	return g.ExpiresAt.Sub(sent)
+	return g.ExpiresAt.Sub(sent.wall)
 }
 
 // rescheduleLocked plans w's next look after a look that found err: when
@@ -423,7 +423,7 @@ func (k *keeper) rescheduleLocked(w *waiter, err error, now time.Time) {
 		wait = watchedPoll
 	}
 	if he := (*HeldError)(nil); errors.As(err, &he) && !he.ExpiresAt.IsZero() {
-		wait = min(wait, max(time.Until(he.ExpiresAt), holdMinBackoff/2))
+		wait = min(wait, max(he.ExpiresAt.Sub(readClocks().wall), holdMinBackoff/2))
 	}
 	w.due = now.Add(wait)
 	w.backoff = min(2*w.backoff, holdMaxBackoff)

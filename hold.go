@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -110,16 +111,16 @@ type holdPlan struct {
 // none) is measured against. Outside tests the two are one reading.
 type reading struct{ mono, wall time.Time }
 
-// testWallClock, when set by a test, is the wall clock the keeper measures
-// grants against, so that a test can step it while the monotonic clock
-// runs on, as NTP's step or a resumed VM does. nil: time.Now.
-var testWallClock func() time.Time
+// testWallClock, when a test sets it, is the wall clock the keeper
+// measures grants against, so that a test can step it while the monotonic
+// clock runs on, as NTP's step or a resumed VM does. nil: time.Now.
+var testWallClock atomic.Pointer[func() time.Time]
 
 // readClocks reads the clocks now.
 func readClocks() reading {
 	now := time.Now()
-	if testWallClock != nil {
-		return reading{now, testWallClock().Round(0)}
+	if wall := testWallClock.Load(); wall != nil {
+		return reading{now, (*wall)().Round(0)}
 	}
 	return reading{now, now.Round(0)}
 }
@@ -214,8 +215,13 @@ type Held struct {
 // safety margin (R8), so no step of the wall clock moves it past the
 // grant's expiry, and none turns a renewal that succeeded into a loss. An
 // acquired grant counts at most its ExpiresAt minus the time its Acquire
-// began. The skew between this host's clock, the store's (WithClock
-// defaults to time.Now) and the other hosts' must fit in the margin.
+// began. A store that does not state its TTL (one not shipped here) has it
+// measured from its grants, less any step of the wall clock seen during
+// the call. The skew between this host's clock, the store's (WithClock
+// defaults to time.Now) and the other hosts' must fit in the margin. The
+// monotonic clock stops while the host is suspended: after a suspend or a
+// VM pause, a Held may stay live up to the TTL minus the margin after its
+// grant expired, which fencing covers.
 //
 // A Store that wraps another and implements Unwrapper is held through the
 // store it wraps, so that the wrapper keeps batching and R15.

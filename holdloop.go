@@ -38,7 +38,7 @@ type keeper struct {
 	helds      map[string]*Held            // the live Held of each key (R16)
 	queues     map[string][]*waiter        // each key's waiters, first come, first served
 	spent      map[string]Grant            // the last grant a Held of the key had, while the store may hold it still
-	settling   map[string]int              // writes in flight that give a key's grant up
+	settling   map[string]settle           // writes in flight that give a key's grant up
 	dues       *schedule.Schedule[*round]  // rounds by next renewal
 	deadlines  *schedule.Schedule[*round]  // rounds by deadline
 	lastRound  *round                      // the round made last, which Helds scheduled alike join
@@ -50,7 +50,9 @@ type keeper struct {
 	looks      *schedule.Schedule[*waiter] // the first waiter of each free key, by next look
 	renewing   int                         // renewal calls in flight
 	lookPerKey time.Duration               // time per key of recent looks (sizes the next)
+	ttlSeen    time.Duration               // the least TTL grants measured, for a store that states none (measureLocked)
 	looking    bool                        // a look call is in flight
+	ownLooks   int                         // looks of one key in flight beside it, for FailIfHeld (lookNowLocked)
 	lastHold   time.Time                   // when the store's last Hold that may gather came
 	running    bool                        // the loop goroutine is running
 	stopped    bool                        // the store closed: no more Helds or waits
@@ -79,7 +81,7 @@ func newKeeper(s Store) *keeper {
 		helds:    make(map[string]*Held),
 		queues:   make(map[string][]*waiter),
 		spent:    make(map[string]Grant),
-		settling: make(map[string]int),
+		settling: make(map[string]settle),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.dues = schedule.New(func(r *round) time.Time { return r.due }, func(r *round) *uint64 { return &r.dueMark })
@@ -91,7 +93,7 @@ func newKeeper(s Store) *keeper {
 // idleLocked reports whether the loop has nothing left to do.
 func (k *keeper) idleLocked() bool {
 	return k.deadlines.Len() == 0 && k.dues.Len() == 0 && len(k.queues) == 0 &&
-		k.renewing == 0 && !k.looking
+		k.renewing == 0 && !k.looking && k.ownLooks == 0
 }
 
 // startLocked runs the loop if it is not running. k.mu must be held.

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -67,4 +68,41 @@ func TestR8ForeignStoreClockStep(t *testing.T) {
 			})
 		})
 	}
+}
+
+// renewFails is a caller's Store whose next failures renewals fail.
+type renewFails struct {
+	plainStore
+	failures *atomic.Int32
+}
+
+func (s renewFails) Renew(ctx context.Context, g Grant) (Grant, error) {
+	if s.failures.Add(-1) >= 0 {
+		return Grant{}, &StorageError{Op: "renew", Key: g.Key, Err: errOutage}
+	}
+	return s.plainStore.Renew(ctx, g)
+}
+
+// TestR17UnmeasuredGrantGivenBack: R8, R17. A foreign store's first grant
+// comes across a step of the clock, so it measures nothing, and its
+// renewal at once fails: the grant goes back at once rather than stay held
+// by nobody until it expires, and the Hold gets the next epoch, clean,
+// without waiting for the expiry.
+func TestR17UnmeasuredGrantGivenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newClockStepEnv(t)
+		failures := new(atomic.Int32)
+		failures.Store(1)
+		alice := renewFails{plainStore{e.alice}, failures}
+		e.clock.stepInNextCall(-time.Hour)
+		start := time.Now()
+		h := mustHold(t, alice, "job")
+		t.Cleanup(func() { _ = h.Release(context.Background()) })
+		if took := time.Since(start); took >= holdTTL/2 {
+			t.Errorf("Hold took %v of virtual time; want it well within the first grant's TTL", took)
+		}
+		if g := h.Grant(); g.Epoch != 2 || g.PreviousUnclean {
+			t.Errorf("Hold got epoch %d (PreviousUnclean %v); want epoch 2, clean: the first grant given back", g.Epoch, g.PreviousUnclean)
+		}
+	})
 }

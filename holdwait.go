@@ -82,7 +82,7 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 		k.queues[key] = append(k.queues[key], w)
 		k.promoteLocked(key, now)
 		if cfg.failIfHeld {
-			k.lookNowLocked(key, now)
+			k.lookNowLocked(key, now, len(keys) == 1)
 		}
 		ws = append(ws, w)
 	}
@@ -117,13 +117,15 @@ func (k *keeper) promoteLocked(key string, now time.Time) {
 // (R16), and must wait neither for that waiter's backoff or poll nor for
 // a look of other keys in flight (there is one at a time, which may take
 // up to lookTimeout): then the first waiter looks at once, in a call of
-// its own. A look of the key in flight answers it as it comes.
-func (k *keeper) lookNowLocked(key string, now time.Time) {
+// its own, for a Hold of one key (alone; HoldEach's keys share the next
+// look, as their number may be large). A look of the key in flight
+// answers it as it comes.
+func (k *keeper) lookNowLocked(key string, now time.Time, alone bool) {
 	w := k.queues[key][0]
 	if !k.looks.Scheduled(w) {
 		return // its look is in flight
 	}
-	if !k.looking {
+	if !k.looking || !alone {
 		if w.due.After(now) {
 			w.due = now
 			k.looks.Set(w)

@@ -8,12 +8,15 @@ import (
 	"time"
 )
 
-// steppedClock is a store's wall clock that a test can step, forwards or
-// backwards, as NTP's first step at boot or a resumed VM does. Its
-// readings carry no monotonic reading, as a persisted ExpiresAt has none.
+// steppedClock is a host's wall clock that a test can step, forwards or
+// backwards, as NTP's first step at boot or a resumed VM does, while the
+// monotonic clock runs on. Its readings carry no monotonic reading, as a
+// persisted ExpiresAt has none. Stores read it through storeNow; the
+// keeper, once useWallClock, through Now.
 type steppedClock struct {
-	mu sync.Mutex
-	by time.Duration
+	mu    sync.Mutex
+	by    time.Duration
+	armed time.Duration // a step to make at the store's next reading
 }
 
 func (c *steppedClock) Now() time.Time {
@@ -22,14 +25,41 @@ func (c *steppedClock) Now() time.Time {
 	return time.Now().Add(c.by).Round(0)
 }
 
+// storeNow is a store's reading: it makes the armed step first, so that
+// the step falls inside a storage call, after the keeper read the clock
+// to send it and before the store stamps the grant.
+func (c *steppedClock) storeNow() time.Time {
+	c.mu.Lock()
+	c.by, c.armed = c.by+c.armed, 0
+	c.mu.Unlock()
+	return c.Now()
+}
+
 func (c *steppedClock) step(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.by += d
 }
 
+// stepInNextCall steps the clock by d inside the next storage call.
+func (c *steppedClock) stepInNextCall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = d
+}
+
+// useWallClock makes the keeper read the wall clock through c, as it
+// reads the host's, until the test ends. Call it before making stores:
+// cleanups run last first, so it is undone after they closed.
+func useWallClock(t *testing.T, c *steppedClock) {
+	now := c.Now
+	testWallClock.Store(&now)
+	t.Cleanup(func() { testWallClock.Store(nil) })
+}
+
 // clockStepEnv is a bubble's driver, failing on demand, a stepped clock,
-// and alice's store through both; the TTL is holdTTL, the margin a sixth.
+// which the keeper reads too, and alice's store through both; the TTL is
+// holdTTL, the margin a sixth.
 type clockStepEnv struct {
 	holdEnv
 	clock *steppedClock
@@ -38,6 +68,7 @@ type clockStepEnv struct {
 
 func newClockStepEnv(t *testing.T) clockStepEnv {
 	e := clockStepEnv{holdEnv: newHoldEnv(t), clock: &steppedClock{}}
+	useWallClock(t, e.clock)
 	e.alice = e.storeOn(e.d, "alice")
 	return e
 }
@@ -45,7 +76,7 @@ func newClockStepEnv(t *testing.T) clockStepEnv {
 // storeOn returns owner's store over d, on the stepped clock.
 func (e clockStepEnv) storeOn(d Driver, owner string) *DocumentStore {
 	e.t.Helper()
-	s, err := NewDocumentStore(d, WithOwner(owner), WithTTL(holdTTL), WithClock(e.clock.Now))
+	s, err := NewDocumentStore(d, WithOwner(owner), WithTTL(holdTTL), WithClock(e.clock.storeNow))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -66,7 +97,7 @@ func TestR8ClockStepForward(t *testing.T) {
 		name       string
 		step       time.Duration
 		sentAt     time.Duration // when the call the step falls in is sent, from the Hold
-		stepBefore bool          // the step comes before the Hold's acquire; else before its first renewal
+		stepBefore bool          // the step comes inside the Hold's acquire; else before its first renewal
 	}{
 		{"during the acquire", time.Hour, 0, true},
 		// Less than the 4s the grant has left at its renewal, or the
@@ -78,7 +109,7 @@ func TestR8ClockStepForward(t *testing.T) {
 				e := newClockStepEnv(t)
 				bob := e.storeOn(e.d.Driver, "bob") // storage stays in bob's reach
 				if tc.stepBefore {
-					e.clock.step(tc.step)
+					e.clock.stepInNextCall(tc.step)
 				}
 				start := time.Now()
 				h := mustHold(t, e.alice, "job")
@@ -115,14 +146,17 @@ func TestR8ClockStepForward(t *testing.T) {
 	}
 }
 
-// TestR8ClockStepBackward: R8. A backward step of the store's clock, of
-// more than the TTL, never turns a renewal or an acquire that succeeded
-// into a loss: the Held stays live while its renewals succeed, and is
-// released cleanly.
+// TestR8ClockStepBackward: R8, R17. A backward step of the clock, of more
+// than the TTL, never turns a renewal or an acquire that succeeded into a
+// loss: the Held stays live while its renewals succeed, and is released
+// cleanly. A step inside the acquire, which the keeper's own later
+// readings see too (as on a real host), leaves the grant short by the
+// keeper's measure: it is renewed at once, and the Hold returns at once
+// with the epoch it acquired, not one TTL later with the next epoch.
 func TestR8ClockStepBackward(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		stepBefore bool // the step comes before the Hold's acquire; else before its first renewal
+		stepBefore bool // the step comes inside the Hold's acquire; else before its first renewal
 	}{
 		{"during the acquire", true},
 		{"during a renewal", false},
@@ -131,13 +165,20 @@ func TestR8ClockStepBackward(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newClockStepEnv(t)
 				if tc.stepBefore {
-					e.clock.step(-time.Hour)
+					e.clock.stepInNextCall(-time.Hour)
 				}
 				ctx, cancel := context.WithTimeout(t.Context(), 10*holdTTL)
 				defer cancel()
+				start := time.Now()
 				h, err := Hold(ctx, e.alice, "job")
 				if err != nil {
 					t.Fatalf("Hold = %v", err)
+				}
+				if took := time.Since(start); took != 0 {
+					t.Errorf("Hold returned after %v of virtual time; want at once", took)
+				}
+				if g := h.Grant(); g.Epoch != 1 || g.PreviousUnclean {
+					t.Errorf("Hold got epoch %d (PreviousUnclean %v); want epoch 1, clean: no epoch burnt", g.Epoch, g.PreviousUnclean)
 				}
 				if !tc.stepBefore {
 					time.Sleep(time.Second)

@@ -14,7 +14,9 @@ import (
 // end the grant's Held before the write that frees the key (R17).
 //
 // R16, one Held per key and store: enqueue answers a FailIfHeld Hold of a
-// key that a Held of the store holds at once (ownHeldError); a look's
+// key that a Held of the store holds, or whose grant a write in flight is
+// giving up (settling: the store holds it until the write lands), at once
+// (ownHeldError); a look's
 // grant goes to its key's first waiter (grantedLocked), never to a second
 // Held of the key nor as a grant a Held had already (spent); the
 // FailIfHeld waiters behind a new Held are answered (failQueuedLocked).
@@ -46,7 +48,7 @@ func ownHeldError(g Grant) error {
 // its key that still waits, or gives it back. A grant that a Held of this
 // store had already (the store kept it after a failed release, R4c) is
 // never handed on: each Held gets a grant of its own (R16).
-func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time, renewal bool) {
+func (k *keeper) grantedLocked(w *waiter, g Grant, start reading, renewal bool) {
 	key := w.key
 	if w.gone {
 		k.dequeueLocked(w)
@@ -72,14 +74,17 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start time.Time, renewal bool
 	to := ws[0]
 	p, deadline, err := k.planLocked(to.cfg, g, start, renewal)
 	switch {
+	case errors.Is(err, errUnmeasured), err == nil && !deadline.IsZero() && !time.Now().Before(deadline):
+		// The grant came too late to be worth anything (its renewal at
+		// once failed), or the wall clock stepped during every call that
+		// could measure its store's TTL: it goes back rather than stay
+		// held by nobody (R17), and the waiter looks again once it is
+		// given back (settled), for a new epoch.
+		k.giveBackLocked(g)
 	case err != nil:
 		k.dequeueLocked(to)
 		k.giveBackLocked(g)
 		k.answerLocked(to, HoldResult{Key: key, Err: err})
-	case !deadline.IsZero() && !time.Now().Before(deadline):
-		// The grant came too late to be worth anything: the key looks
-		// again once it has expired, and gets a new epoch then.
-		k.retryLocked(key, max(time.Until(g.ExpiresAt), holdMinBackoff))
 	default:
 		h := k.newHeldLocked(to, g, start, renewal, p) // first: the next waiter must see the key held
 		k.dequeueLocked(to)
@@ -146,9 +151,26 @@ func (k *keeper) giveUp(h *Held) Grant {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	g := h.Grant()
-	k.settling[g.Key]++
+	k.settleLocked(g)
 	k.endLocked(h, releasedCause(g), false)
 	return g
+}
+
+// settle is the writes in flight that give a key's grant up: how many,
+// and the newest grant they give up, which the store holds until they
+// land.
+type settle struct {
+	n int
+	g Grant
+}
+
+// settleLocked counts a write giving g up, until settled reports it.
+func (k *keeper) settleLocked(g Grant) {
+	st := k.settling[g.Key]
+	if st.n++; st.n == 1 || g.Epoch > st.g.Epoch {
+		st.g = g
+	}
+	k.settling[g.Key] = st
 }
 
 // settled reports the outcome of a write that gave g up, begun after
@@ -156,7 +178,10 @@ func (k *keeper) giveUp(h *Held) Grant {
 func (k *keeper) settled(g Grant, err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.settling[g.Key]--; k.settling[g.Key] <= 0 {
+	if st := k.settling[g.Key]; st.n > 1 {
+		st.n--
+		k.settling[g.Key] = st
+	} else {
 		delete(k.settling, g.Key)
 	}
 	if err == nil && k.spent[g.Key] == g {
@@ -227,7 +252,7 @@ const giveBackTries = 3
 // own, a few times if it must (R17). If it cannot, g expires as a crashed
 // holder's would. The key's waiters wait until it is done.
 func (k *keeper) giveBackLocked(g Grant) {
-	k.settling[g.Key]++
+	k.settleLocked(g)
 	k.calls.Add(1)
 	go func() {
 		defer k.calls.Done()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -104,11 +105,30 @@ type holdPlan struct {
 	renew, margin, ttl time.Duration
 }
 
+// reading is one reading of the clocks: time.Now's, whose monotonic part
+// times deadlines and renewals, and the wall clock's, without a monotonic
+// reading, which a grant's ExpiresAt (stamped by the store's clock, with
+// none) is measured against. Outside tests the two are one reading.
+type reading struct{ mono, wall time.Time }
+
+// testWallClock, when a test sets it, is the wall clock the keeper
+// measures grants against, so that a test can step it while the monotonic
+// clock runs on, as NTP's step or a resumed VM does. nil: time.Now.
+var testWallClock atomic.Pointer[func() time.Time]
+
+// readClocks reads the clocks now.
+func readClocks() reading {
+	now := time.Now()
+	if wall := testWallClock.Load(); wall != nil {
+		return reading{now, (*wall)().Round(0)}
+	}
+	return reading{now, now.Round(0)}
+}
+
 // grantDeadline is R8's deadline of a Held's grant g, obtained by a call
-// sent at sent (a time.Now reading, with its monotonic reading), for a
-// store that grants ttl: when the work it protects must stop unless a
-// later renewal succeeds. It is kept on the monotonic clock: sent, plus
-// the time g may be counted on, minus the safety margin.
+// sent at sent, for a store that grants ttl: when the work it protects
+// must stop unless a later renewal succeeds. It is kept on the monotonic
+// clock: sent, plus the time g may be counted on, minus the safety margin.
 //
 // ExpiresAt was stamped inside the call by the store's clock, and carries
 // no monotonic reading on a persisted driver, so ExpiresAt - sent counts
@@ -121,12 +141,12 @@ type holdPlan struct {
 // or skew, which the margin covers), and counting it would turn a renewal
 // that succeeded into a loss. An acquire may return a grant the store held
 // already (R4c), with less left: it counts ExpiresAt - sent, at most ttl.
-func grantDeadline(g Grant, sent time.Time, ttl, margin time.Duration, renewal bool) time.Time {
+func grantDeadline(g Grant, sent reading, ttl, margin time.Duration, renewal bool) time.Time {
 	left := ttl
 	if !renewal {
-		left = min(ttl, g.ExpiresAt.Sub(sent))
+		left = min(ttl, g.ExpiresAt.Sub(sent.wall))
 	}
-	return sent.Add(left - margin)
+	return sent.mono.Add(left - margin)
 }
 
 // Held is a lease kept alive until Release, or until it can no longer be
@@ -195,8 +215,13 @@ type Held struct {
 // safety margin (R8), so no step of the wall clock moves it past the
 // grant's expiry, and none turns a renewal that succeeded into a loss. An
 // acquired grant counts at most its ExpiresAt minus the time its Acquire
-// began. The skew between this host's clock, the store's (WithClock
-// defaults to time.Now) and the other hosts' must fit in the margin.
+// began. A store that does not state its TTL (one not shipped here) has it
+// measured from its grants, less any step of the wall clock seen during
+// the call. The skew between this host's clock, the store's (WithClock
+// defaults to time.Now) and the other hosts' must fit in the margin. The
+// monotonic clock stops while the host is suspended: after a suspend or a
+// VM pause, a Held may stay live up to the TTL minus the margin after its
+// grant expired, which fencing covers.
 //
 // A Store that wraps another and implements Unwrapper is held through the
 // store it wraps, so that the wrapper keeps batching and R15.
@@ -474,7 +499,7 @@ func (h *Held) Confirm(ctx context.Context) (Grant, error) {
 	if err := h.ended(); err != nil {
 		return Grant{}, err
 	}
-	start := time.Now()
+	start := readClocks()
 	next, err := h.s.Renew(ctx, h.Grant())
 	if err != nil {
 		if cause := lossCause(err); cause != nil {

@@ -38,7 +38,7 @@ type keeper struct {
 	helds      map[string]*Held            // the live Held of each key (R16)
 	queues     map[string][]*waiter        // each key's waiters, first come, first served
 	spent      map[string]Grant            // the last grant a Held of the key had, while the store may hold it still
-	settling   map[string]int              // writes in flight that give a key's grant up
+	settling   map[string]settle           // writes in flight that give a key's grant up
 	dues       *schedule.Schedule[*round]  // rounds by next renewal
 	deadlines  *schedule.Schedule[*round]  // rounds by deadline
 	lastRound  *round                      // the round made last, which Helds scheduled alike join
@@ -50,7 +50,9 @@ type keeper struct {
 	looks      *schedule.Schedule[*waiter] // the first waiter of each free key, by next look
 	renewing   int                         // renewal calls in flight
 	lookPerKey time.Duration               // time per key of recent looks (sizes the next)
+	ttlSeen    time.Duration               // the least TTL grants measured, for a store that states none (measureLocked)
 	looking    bool                        // a look call is in flight
+	ownLooks   int                         // looks of one key in flight beside it, for FailIfHeld (lookNowLocked)
 	lastHold   time.Time                   // when the store's last Hold that may gather came
 	running    bool                        // the loop goroutine is running
 	stopped    bool                        // the store closed: no more Helds or waits
@@ -79,7 +81,7 @@ func newKeeper(s Store) *keeper {
 		helds:    make(map[string]*Held),
 		queues:   make(map[string][]*waiter),
 		spent:    make(map[string]Grant),
-		settling: make(map[string]int),
+		settling: make(map[string]settle),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.dues = schedule.New(func(r *round) time.Time { return r.due }, func(r *round) *uint64 { return &r.dueMark })
@@ -91,7 +93,7 @@ func newKeeper(s Store) *keeper {
 // idleLocked reports whether the loop has nothing left to do.
 func (k *keeper) idleLocked() bool {
 	return k.deadlines.Len() == 0 && k.dues.Len() == 0 && len(k.queues) == 0 &&
-		k.renewing == 0 && !k.looking
+		k.renewing == 0 && !k.looking && k.ownLooks == 0
 }
 
 // startLocked runs the loop if it is not running. k.mu must be held.
@@ -114,7 +116,7 @@ func (k *keeper) poke() {
 // newHeldLocked makes the live Held of g for waiter w, kept as p plans,
 // and schedules its renewals. g came from a call sent at sent: an acquire,
 // or a renewal (renewal) of a short grant.
-func (k *keeper) newHeldLocked(w *waiter, g Grant, sent time.Time, renewal bool, p holdPlan) *Held {
+func (k *keeper) newHeldLocked(w *waiter, g Grant, sent reading, renewal bool, p holdPlan) *Held {
 	h := &Held{s: k.s, k: k, key: g.Key, grant: g, renew: p.renew, margin: p.margin, ttl: p.ttl}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(w.ctx))
 	k.helds[g.Key] = h
@@ -135,7 +137,7 @@ func (k *keeper) newHeldLocked(w *waiter, g Grant, sent time.Time, renewal bool,
 // scheduleLocked plans h's next renewal and deadline after a grant g
 // obtained by a call sent at sent, a renewal or an acquire. The deadline
 // is R8's (grantDeadline), on the monotonic clock.
-func (k *keeper) scheduleLocked(h *Held, g Grant, sent time.Time, renewal bool) {
+func (k *keeper) scheduleLocked(h *Held, g Grant, sent reading, renewal bool) {
 	if g.ExpiresAt.IsZero() {
 		return // never expires: nothing to renew
 	}
@@ -144,12 +146,12 @@ func (k *keeper) scheduleLocked(h *Held, g Grant, sent time.Time, renewal bool) 
 	h.deadline = deadline
 	h.mu.Unlock()
 	h.retry, h.renewErr = max(h.renew/8, time.Millisecond), nil
-	k.joinLocked(h, earliest(sent.Add(h.renew), deadline.Add(-h.renew/4)), deadline)
+	k.joinLocked(h, earliest(sent.mono.Add(h.renew), deadline.Add(-h.renew/4)), deadline)
 }
 
 // renewed installs a grant renewed by a call sent at sent, and reports
 // whether h still holds (false: it ended meanwhile).
-func (k *keeper) renewed(h *Held, next Grant, sent time.Time) bool {
+func (k *keeper) renewed(h *Held, next Grant, sent reading) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if !h.install(next) {
@@ -437,10 +439,10 @@ func (k *keeper) startRenewOfLocked(batch []*Held) {
 // started; sc is kept for a later call once the answers are in.
 func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
 	defer k.calls.Done()
-	start := time.Now()
-	bound := max(deadline.Sub(start)/2, time.Millisecond)
+	start := readClocks()
+	bound := max(deadline.Sub(start.mono)/2, time.Millisecond)
 	if mutant == mutantWholeBatch {
-		bound = max(deadline.Sub(start), time.Millisecond)
+		bound = max(deadline.Sub(start.mono), time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(k.ctx, bound)
 	results := renewAll(ctx, k.s, sc)
@@ -470,7 +472,7 @@ func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
 // ends, and one whose storage failed retries sooner, unless the call ran
 // out of time (timedOut): those it returns, to be split and tried again
 // at once.
-func (k *keeper) answerRenewalsLocked(batch []*Held, results []grantResult, start time.Time, timedOut bool) (again []*Held) {
+func (k *keeper) answerRenewalsLocked(batch []*Held, results []grantResult, start reading, timedOut bool) (again []*Held) {
 	k.roundSize = len(batch)
 	defer func() { k.roundSize = 0 }()
 	now := time.Now()

@@ -73,11 +73,16 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 			ch <- HoldResult{Key: key, Err: ownHeldError(h.Grant())}
 			continue
 		}
+		if st := k.settling[key]; st.n > 0 && cfg.failIfHeld {
+			// The store holds the key until the write giving it up lands.
+			ch <- HoldResult{Key: key, Err: ownHeldError(st.g)}
+			continue
+		}
 		w := &waiter{key: key, cfg: cfg, ctx: ctx, ch: ch, backoff: holdMinBackoff, started: now, due: now, gather: gather}
 		k.queues[key] = append(k.queues[key], w)
 		k.promoteLocked(key, now)
 		if cfg.failIfHeld {
-			k.lookNowLocked(key, now)
+			k.lookNowLocked(key, now, len(keys) == 1)
 		}
 		ws = append(ws, w)
 	}
@@ -92,7 +97,7 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 // Held here and no write giving it up is in flight.
 func (k *keeper) promoteLocked(key string, now time.Time) {
 	ws := k.queues[key]
-	if len(ws) == 0 || k.helds[key] != nil || k.settling[key] > 0 {
+	if len(ws) == 0 || k.helds[key] != nil || k.settling[key].n > 0 {
 		return
 	}
 	w := ws[0]
@@ -109,13 +114,29 @@ func (k *keeper) promoteLocked(key string, now time.Time) {
 
 // lookNowLocked brings the next look at key forward to now, for a
 // FailIfHeld waiter: it is answered by the look of the key's first waiter
-// (R16), and must not wait for that waiter's backoff or poll.
-func (k *keeper) lookNowLocked(key string, now time.Time) {
+// (R16), and must wait neither for that waiter's backoff or poll nor for
+// a look of other keys in flight (there is one at a time, which may take
+// up to lookTimeout): then the first waiter looks at once, in a call of
+// its own, for a Hold of one key (alone; HoldEach's keys share the next
+// look, as their number may be large). A look of the key in flight
+// answers it as it comes.
+func (k *keeper) lookNowLocked(key string, now time.Time, alone bool) {
 	w := k.queues[key][0]
-	if k.looks.Scheduled(w) && w.due.After(now) {
-		w.due = now
-		k.looks.Set(w)
+	if !k.looks.Scheduled(w) {
+		return // its look is in flight
 	}
+	if !k.looking || !alone {
+		if w.due.After(now) {
+			w.due = now
+			k.looks.Set(w)
+		}
+		return
+	}
+	k.looks.Remove(w)
+	w.looking = true
+	k.ownLooks++
+	k.calls.Add(1)
+	go k.look([]*waiter{w}, true)
 }
 
 // answerLocked answers w once, and reports the end of its wait.
@@ -223,7 +244,7 @@ func (k *keeper) startLookLocked(now time.Time) {
 	slices.SortFunc(batch, func(a, b *waiter) int { return strings.Compare(a.key, b.key) })
 	k.looking = true
 	k.calls.Add(1)
-	go k.look(batch)
+	go k.look(batch, false)
 }
 
 // lookLimitLocked is how many keys the next look may take: few enough
@@ -259,17 +280,28 @@ func acquireAll(ctx context.Context, s Store, keys []string, got func(i int, r g
 
 // look tries to acquire the keys of batch for their waiters, bounded by
 // lookTimeout but not by the waiters' contexts: a waiter that leaves does
-// not cancel a write that may land (R17).
-func (k *keeper) look(batch []*waiter) {
+// not cancel a write that may land (R17). own: it is a FailIfHeld's look
+// of one key, beside the store's look in flight (lookNowLocked).
+func (k *keeper) look(batch []*waiter, own bool) {
 	defer k.calls.Done()
 	keys := make([]string, len(batch))
 	for i, w := range batch {
 		keys[i] = w.key
 	}
 	ctx, cancel := context.WithTimeout(k.ctx, lookTimeout)
-	start := time.Now()
-	results := acquireAll(ctx, k.s, keys, func(i int, r grantResult) { k.lookAnswered(batch[i], r) })
-	starts := make([]time.Time, len(batch))
+	var answered []reading // when each key was answered, to measure a TTL the store does not state
+	if storeTTL(k.s) == 0 {
+		answered = make([]reading, len(batch))
+	}
+	start := readClocks()
+	results := acquireAll(ctx, k.s, keys, func(i int, r grantResult) {
+		if answered != nil {
+			answered[i] = readClocks()
+		}
+		k.lookAnswered(batch[i], r)
+	})
+	end := readClocks()
+	starts := make([]reading, len(batch))
 	renewed := make([]bool, len(batch)) // results[i] came from freshen's renewal
 	for i := range batch {
 		starts[i] = start
@@ -277,7 +309,13 @@ func (k *keeper) look(batch []*waiter) {
 	var short []int
 	k.mu.Lock()
 	for i, r := range results {
-		if r.err == nil && !batch[i].gaveBack && k.short(batch[i].cfg, r.g, start) {
+		if r.err != nil || batch[i].gaveBack {
+			continue
+		}
+		if answered != nil {
+			k.measureLocked(r.g, start, answeredAt(answered[i], end))
+		}
+		if k.short(batch[i].cfg, r.g, start) {
 			short = append(short, i)
 		}
 	}
@@ -288,10 +326,14 @@ func (k *keeper) look(batch []*waiter) {
 	})
 	cancel()
 
-	took := time.Since(start)
+	took := time.Since(start.mono)
 	k.mu.Lock()
-	k.looking = false
-	k.lookPerKey = (k.lookPerKey + took/time.Duration(len(batch))) / 2
+	if own {
+		k.ownLooks--
+	} else {
+		k.looking = false
+		k.lookPerKey = (k.lookPerKey + took/time.Duration(len(batch))) / 2
+	}
 	var watch []*waiter
 	k.roundSize = len(batch)
 	for i, w := range batch {
@@ -308,32 +350,51 @@ func (k *keeper) look(batch []*waiter) {
 	}
 }
 
+// answeredAt is when a key's answer came: its own reading, if it has one,
+// else the end of the call that answered every key.
+func answeredAt(own, end reading) reading {
+	if own.mono.IsZero() {
+		return end
+	}
+	return own
+}
+
 // short reports whether g, acquired by a call that began at start, has
-// less time left than a Held's plan needs: a grant the store held already
-// (R4c) may be short, and so may one whose write was answered late.
-func (k *keeper) short(cfg holdConfig, g Grant, start time.Time) bool {
+// less time left than a Held's plan needs, by the measure of its deadline
+// (grantDeadline): a grant the store held already (R4c) may be short, so
+// may one whose write was answered late, and so is one stamped by a clock
+// stepped back during the call, or one of a store whose TTL is not known
+// yet. A short grant is renewed at once (freshen): a renewal counts the
+// whole TTL.
+func (k *keeper) short(cfg holdConfig, g Grant, start reading) bool {
 	if g.ExpiresAt.IsZero() {
 		return false
 	}
-	renew, margin, err := cfg.plan(k.grantTTL(g, start))
-	return err != nil || time.Until(g.ExpiresAt) <= renew+margin
+	ttl := k.grantTTL()
+	renew, margin, err := cfg.plan(ttl)
+	return err != nil || time.Until(grantDeadline(g, start, ttl, margin, false)) <= renew
 }
 
 // freshen renews a short grant g at once. It returns the grant to keep,
 // when the call that made it was sent, and whether that was the renewal.
-func (k *keeper) freshen(ctx context.Context, g Grant, start time.Time) (Grant, time.Time, bool) {
-	now := time.Now()
-	if next, err := k.s.Renew(ctx, g); err == nil {
-		return next, now, true
+func (k *keeper) freshen(ctx context.Context, g Grant, start reading) (Grant, reading, bool) {
+	sent := readClocks()
+	next, err := k.s.Renew(ctx, g)
+	if err != nil {
+		return g, start, false // grantedLocked finds it too short and gives it back
 	}
-	return g, start, false // grantedLocked finds it too short and looks again later
+	answered := readClocks()
+	k.mu.Lock()
+	k.measureLocked(next, sent, answered)
+	k.mu.Unlock()
+	return next, sent, true
 }
 
 // lookedLocked handles one key's look: a grant goes to the key's first
 // waiter still waiting (or back to the store if none is), a held key or a
 // storage error schedules the next look, anything else answers the
 // waiter. It reports whether w should start watching for releases.
-func (k *keeper) lookedLocked(w *waiter, r grantResult, start time.Time, renewal bool) (watch bool) {
+func (k *keeper) lookedLocked(w *waiter, r grantResult, start reading, renewal bool) (watch bool) {
 	gaveBack := w.gaveBack
 	w.got, w.gaveBack = nil, false
 	if k.stopped {
@@ -392,25 +453,62 @@ func (k *keeper) retryLocked(key string, wait time.Duration) {
 // planLocked returns how a Held of g is to be kept, and its deadline; g
 // came from a call sent at sent, a renewal or an acquire. The deadline is
 // zero for a grant that never expires.
-func (k *keeper) planLocked(cfg holdConfig, g Grant, sent time.Time, renewal bool) (p holdPlan, deadline time.Time, err error) {
+func (k *keeper) planLocked(cfg holdConfig, g Grant, sent reading, renewal bool) (p holdPlan, deadline time.Time, err error) {
 	if g.ExpiresAt.IsZero() {
 		return holdPlan{}, time.Time{}, nil
 	}
-	p.ttl = k.grantTTL(g, sent)
+	if p.ttl = k.grantTTL(); p.ttl <= 0 {
+		return holdPlan{}, time.Time{}, errUnmeasured
+	}
 	if p.renew, p.margin, err = cfg.plan(p.ttl); err != nil {
 		return holdPlan{}, time.Time{}, err
 	}
 	return p, grantDeadline(g, sent, p.ttl, p.margin, renewal), nil
 }
 
-// grantTTL is the TTL the store grants: the one it states, else the one
-// g, obtained by a call sent at sent, measures (a store that does not
-// state its TTL is taken at its word once, at a Held's first grant).
-func (k *keeper) grantTTL(g Grant, sent time.Time) time.Duration {
+// grantTTL is R8's T for k's store: the TTL it states, else the most its
+// grants measured (measureLocked); 0 while none did.
+func (k *keeper) grantTTL() time.Duration {
 	if ttl := storeTTL(k.s); ttl > 0 {
 		return ttl
 	}
-	return g.ExpiresAt.Sub(sent)
+	return k.ttlSeen
+}
+
+// errUnmeasured is why a grant of a store that does not state its TTL
+// cannot be planned: no call measured the TTL yet.
+var errUnmeasured = errors.New("lease: the store's TTL is not measured yet")
+
+// measureLocked learns the TTL of a store that does not state it from g,
+// got by a call sent at sent and answered at answered. No measure exceeds
+// the TTL (measureTTL), and a grant the store held already (R4c) measures
+// less: the TTL learnt is the most measured.
+func (k *keeper) measureLocked(g Grant, sent, answered reading) {
+	if g.ExpiresAt.IsZero() || storeTTL(k.s) > 0 {
+		return
+	}
+	if ttl, ok := measureTTL(g, sent, answered); ok && ttl > k.ttlSeen {
+		k.ttlSeen = ttl
+	}
+}
+
+// measureTTL is the TTL that g measures, got by a call sent at sent and
+// answered at answered: ExpiresAt minus the wall clock when the answer
+// came, which counts none of the call's time into it, less any step of
+// the wall clock during the call (its elapsed time that the monotonic
+// clock's does not match), wherever in the call the step fell, so that it
+// never exceeds the TTL the store grants (R8) by one step of the clock
+// the store stamps with. ok is false when the step exceeds the call's
+// duration: nothing is learnt across a step; the grant counts as short,
+// and its renewal at once (freshen) measures again.
+func measureTTL(g Grant, sent, answered reading) (ttl time.Duration, ok bool) {
+	took := answered.mono.Sub(sent.mono)
+	step := (answered.wall.Sub(sent.wall) - took).Abs()
+	if step > took {
+		return 0, false
+	}
+	ttl = g.ExpiresAt.Sub(answered.wall) - step
+	return ttl, ttl > 0
 }
 
 // rescheduleLocked plans w's next look after a look that found err: when
@@ -423,7 +521,7 @@ func (k *keeper) rescheduleLocked(w *waiter, err error, now time.Time) {
 		wait = watchedPoll
 	}
 	if he := (*HeldError)(nil); errors.As(err, &he) && !he.ExpiresAt.IsZero() {
-		wait = min(wait, max(time.Until(he.ExpiresAt), holdMinBackoff/2))
+		wait = min(wait, max(he.ExpiresAt.Sub(readClocks().wall), holdMinBackoff/2))
 	}
 	w.due = now.Add(wait)
 	w.backoff = min(2*w.backoff, holdMaxBackoff)

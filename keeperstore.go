@@ -19,8 +19,8 @@ import (
 //     LocalStore). Another Store's keeper is kept in foreignKeepers while
 //     in use: its type cannot carry one, and R16 needs one keeper per store.
 //   - ttlStater: the store states the TTL of its grants, R8's T
-//     (DocumentStore); otherwise a Held takes the TTL its first grant
-//     measures.
+//     (DocumentStore); otherwise the keeper measures it from the grants
+//     it gets (measureLocked), across no step of the wall clock.
 //   - loggingStore, observedStore: the store's logger and Observer, which
 //     the keeper reports to (WithLogger, WithObserver).
 //   - batchStore: the store renews and acquires many keys in one storage

@@ -106,3 +106,52 @@ func TestR17UnmeasuredGrantGivenBack(t *testing.T) {
 		}
 	})
 }
+
+// steppingAcquires is a caller's Store whose every Acquire comes across a
+// step of the clock (alternately back and forward an hour), so that no
+// grant of it can be measured, and whose renewals always fail.
+type steppingAcquires struct {
+	renewFails
+	clock    *steppedClock
+	acquires *atomic.Int32
+}
+
+func (s steppingAcquires) Acquire(ctx context.Context, key string) (Grant, error) {
+	n := s.acquires.Add(1)
+	if n > 100 { // a loop without backoff: fail its calls, so that the test ends
+		return Grant{}, &StorageError{Op: "acquire", Key: key, Err: errOutage}
+	}
+	step := time.Hour
+	if n%2 == 1 {
+		step = -time.Hour
+	}
+	s.clock.stepInNextCall(step)
+	return s.renewFails.Acquire(ctx, key)
+}
+
+// TestR17UnusableGrantsBackOff: R17. A store whose grants can never be
+// kept (none can be measured, and every renewal fails) has each grant
+// given back, and the waiting Hold looks again after a growing backoff,
+// as after any failed look: it is not asked again at the speed of its
+// calls.
+func TestR17UnusableGrantsBackOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newClockStepEnv(t)
+		failures := new(atomic.Int32)
+		failures.Store(1 << 30)
+		acquires := new(atomic.Int32)
+		alice := steppingAcquires{renewFails{plainStore{e.alice}, failures}, e.clock, acquires}
+		const patience = 3 * time.Second
+		ctx, cancel := context.WithTimeout(t.Context(), patience)
+		defer cancel()
+		if h, err := Hold(ctx, alice, "job"); err == nil {
+			_ = h.Release(context.Background())
+			t.Fatalf("Hold of a store whose renewals all fail = a Held of epoch %d; want an error", h.Grant().Epoch)
+		}
+		// Backoffs from holdMinBackoff doubling to holdMaxBackoff: a few
+		// looks in the patience, where no backoff would make thousands.
+		if n := acquires.Load(); n > 12 {
+			t.Errorf("%d acquires in %v; want a growing backoff between them (at most 12)", n, patience)
+		}
+	})
+}

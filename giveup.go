@@ -79,7 +79,11 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start reading, renewal bool) 
 		// once failed), or the wall clock stepped during every call that
 		// could measure its store's TTL: it goes back rather than stay
 		// held by nobody (R17), and the waiter looks again once it is
-		// given back (settled), for a new epoch.
+		// given back (settled), for a new epoch, after a growing backoff:
+		// a store whose renewals keep failing must not be asked at the
+		// speed of its calls.
+		to.notBefore = time.Now().Add(jitter(to.backoff))
+		to.backoff = min(2*to.backoff, holdMaxBackoff)
 		k.giveBackLocked(g)
 	case err != nil:
 		k.dequeueLocked(to)

@@ -33,6 +33,7 @@ type waiter struct {
 	waiting   bool          // a look found the key held or storage failing: it waits
 	waitSince time.Time     // when it began to wait, for the observer
 	started   time.Time     // when it began waiting
+	notBefore time.Time     // its next look comes no earlier: a grant it got went back unused
 
 	lookMark uint64 // k.looks' mark (schedule)
 }
@@ -105,6 +106,9 @@ func (k *keeper) promoteLocked(key string, now time.Time) {
 		return
 	}
 	w.due = now // first in line, or the Held it queued behind has ended
+	if w.due.Before(w.notBefore) {
+		w.due = w.notBefore
+	}
 	if !w.looked && w.gather {
 		w.due = now.Add(gatherWindow) // concurrent Holds share their first look
 	}

@@ -24,8 +24,8 @@ const localRewake = 5 * time.Millisecond
 // raises an event, but a symlink on the path pointed elsewhere, or a
 // directory above the root moved, raises none on the watched directory:
 // this look is what notices them. It costs one system call per store per
-// look, whatever the number of keys, and runs only while the watch runs.
-const localRootCheck = time.Second
+// look, whatever the number of keys, and runs only while the watch runs. A variable for tests only.
+var localRootCheck = time.Second
 
 // Bounds on how often the watch looks for a root that went away: a new
 // directory at its path is watched within localFollowMax of appearing.

@@ -117,9 +117,10 @@ func (s *LocalStore) keepSpare(key string, f *os.File) {
 
 // watchHeld watches the lock file of g while this store holds g's flock,
 // so that the Held of g ends at once when the file is deleted, moved away
-// or replaced behind the store's back, or the root goes away: another
-// store would otherwise lock the new file at the path and hold the key at
-// the same time. The keeper calls it when it makes the Held of g, with
+// or replaced behind the store's back, or the root's path comes to name
+// another directory (within about a second when that raises no event on
+// the watched one: localfs.Watch): another store would otherwise lock the
+// new file at the path and hold the key at the same time. The keeper calls it when it makes the Held of g, with
 // its mu held, before the Held is handed out; so it neither waits for the
 // keeper nor for the watch's reader. The watch starts with the first
 // watched key and stops when the store gives up the last flock it watches

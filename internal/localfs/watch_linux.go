@@ -189,8 +189,10 @@ func (w *Watch) Stop() {
 // directory, and follows it if not: the store calls it when a Held or a
 // waiter registers, before it checks the Held's lock file or tries the
 // key again, so that both happen under a watch of the directory the path
-// names. After a change the reader checks every other Held and wakes every
-// waiter. It costs one system call.
+// names. After a change the reader checks every Held and wakes every
+// waiter; that also covers any event of the new directory the reader read
+// before the change was stored and dropped as the old one's. It costs one
+// system call.
 func (w *Watch) CheckRoot() {
 	if !w.follow() {
 		return

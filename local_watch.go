@@ -27,21 +27,23 @@ import (
 // loop, a try on a watched key keeps its descriptor open for the next try
 // instead of closing it (takeSpare, keepSpare). A lock file created,
 // deleted or moved also wakes its waiters: a file replaced is a free one.
-// The watch follows the root's path when its directory is moved away or
-// deleted (localfs.Watch), and wakes every waiter then.
+// The watch follows the root's path when another directory appears there
+// (localfs.Watch), and wakes every waiter then; it looks at the path here
+// too, before the caller's next try.
 func (s *LocalStore) watchRelease(key string, wake func()) (stop func(), err error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
 	name := lockName(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.done {
+		s.mu.Unlock()
 		return nil, ErrClosed
 	}
 	if s.watch == nil {
 		w, err := localfs.StartWatch(s.root)
 		if err != nil {
+			s.mu.Unlock()
 			return nil, err
 		}
 		s.watch = w
@@ -49,6 +51,8 @@ func (s *LocalStore) watchRelease(key string, wake func()) (stop func(), err err
 	w := s.watch
 	e := w.Add(name, wake)
 	s.watched[key]++
+	s.mu.Unlock()
+	w.CheckRoot() // the caller's next try must look where the watch does
 	var once sync.Once
 	return func() { once.Do(func() { s.unwatch(key, w, name, e) }) }, nil
 }
@@ -113,9 +117,10 @@ func (s *LocalStore) keepSpare(key string, f *os.File) {
 
 // watchHeld watches the lock file of g while this store holds g's flock,
 // so that the Held of g ends at once when the file is deleted, moved away
-// or replaced behind the store's back, or the root goes away: another
-// store would otherwise lock the new file at the path and hold the key at
-// the same time. The keeper calls it when it makes the Held of g, with
+// or replaced behind the store's back, or the root's path comes to name
+// another directory (within about a second when that raises no event on
+// the watched one: localfs.Watch): another store would otherwise lock the
+// new file at the path and hold the key at the same time. The keeper calls it when it makes the Held of g, with
 // its mu held, before the Held is handed out; so it neither waits for the
 // keeper nor for the watch's reader. The watch starts with the first
 // watched key and stops when the store gives up the last flock it watches
@@ -152,8 +157,15 @@ func (s *LocalStore) watchHeld(g Grant) {
 			s.losses.add(heldLoss{g: g, h: h})
 		}
 	}
-	h.watch = s.watch.AddHeld(lockName(g.Key), check)
+	w := s.watch
+	h.watch = w.AddHeld(lockName(g.Key), check)
 	s.mu.Unlock()
+	// The root's path may name another directory than the watched one
+	// (a symlink or a directory above the root changed, raising no event
+	// on it): follow it first, so that the check below and every later
+	// change of the lock file's name are seen in the directory the path
+	// names. A change after this is seen within localfs.localRootCheck.
+	w.CheckRoot()
 	check() // the file may have gone before the watch began
 }
 

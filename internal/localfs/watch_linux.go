@@ -3,6 +3,7 @@ package localfs
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -18,6 +19,14 @@ import (
 // a waiter woken at once may still find the flock taken.
 const localRewake = 5 * time.Millisecond
 
+// localRootCheck is how often the watch looks whether the root's path
+// still names the directory it watches. A rename of the directory itself
+// raises an event, but a symlink on the path pointed elsewhere, or a
+// directory above the root moved, raises none on the watched directory:
+// this look is what notices them. It costs one system call per store per
+// look, whatever the number of keys, and runs only while the watch runs. A variable for tests only.
+var localRootCheck = time.Second
+
 // Bounds on how often the watch looks for a root that went away: a new
 // directory at its path is watched within localFollowMax of appearing.
 const (
@@ -30,13 +39,18 @@ const WatchSupported = true
 
 // Watch is a store's inotify instance on its root: the waiters it
 // wakes, and the lock files of the Helds it checks. One goroutine reads its
-// events until stop.
+// events until stop; it also keeps the watch's time (second wakes, looks at
+// the root's path), so that nothing of the watch runs after Stop.
 //
 // The watch is on the directory at the root's path, not on the path: when
-// that directory is moved away or deleted, the watch follows the path
-// (follow) to the directory found there then, or looks for one every so
-// often while none is; each time it checks every Held and wakes every
-// waiter, since none of the old directory's events tell of the new one.
+// another directory appears at the path (the watched one moved away or
+// deleted, a symlink on the path pointed elsewhere, a directory above the
+// root moved), the watch follows the path (follow) to the directory found
+// there then, or looks for one every so often while none is; each time it
+// checks every Held and wakes every waiter, since none of the old
+// directory's events tell of the new one. The watch learns that the path
+// changed from the watched directory's events where there are any, when a
+// Held or a waiter registers (CheckRoot), and else within localRootCheck.
 type Watch struct {
 	root string
 	fd   int           // the inotify descriptor's number, for adding watches
@@ -44,13 +58,22 @@ type Watch struct {
 	done chan struct{} // closed when the reader has returned
 	wd   atomic.Int32  // the watch of the directory at the root's path; -1 while none
 
-	mu      sync.Mutex
-	byName  map[string]map[*Waiter]struct{} // lock file name → its waiters
-	held    map[string]*HeldCheck           // lock file name → the held flock to check
-	rewake  map[string]*time.Timer          // the second wake per name
-	retry   *time.Timer                     // the next look for a missing root
-	pause   time.Duration                   // the pause before the next such look
-	stopped bool
+	mu       sync.Mutex
+	byName   map[string]map[*Waiter]struct{} // lock file name → its waiters
+	held     map[string]*HeldCheck           // lock file name → the held flock to check
+	rewake   map[string]time.Time            // when each name's second wake is due
+	rewakes  []dueRewake                     // rewake's entries in the order they fall due
+	nextLook time.Time                       // when the reader next looks at the root's path
+	pause    time.Duration                   // the pause between looks while the path names no directory
+	sweep    bool                            // the path changed: the reader must check and wake everyone
+	stopped  bool
+}
+
+// dueRewake is one second wake, in Watch.rewakes. An entry whose due no
+// longer matches Watch.rewake was postponed or dropped.
+type dueRewake struct {
+	name string
+	due  time.Time
 }
 
 // Waiter is one registered wake (the store's watchRelease).
@@ -93,13 +116,14 @@ func StartWatch(root string) (*Watch, error) {
 		return nil, fmt.Errorf("lease: watching %s: %w", root, os.NewSyscallError("inotify_add_watch", err))
 	}
 	w := &Watch{
-		root:   root,
-		fd:     fd,
-		f:      os.NewFile(uintptr(fd), "inotify:"+root),
-		done:   make(chan struct{}),
-		byName: make(map[string]map[*Waiter]struct{}),
-		held:   make(map[string]*HeldCheck),
-		rewake: make(map[string]*time.Timer),
+		root:     root,
+		fd:       fd,
+		f:        os.NewFile(uintptr(fd), "inotify:"+root),
+		done:     make(chan struct{}),
+		byName:   make(map[string]map[*Waiter]struct{}),
+		held:     make(map[string]*HeldCheck),
+		rewake:   make(map[string]time.Time),
+		nextLook: time.Now().Add(localRootCheck),
 	}
 	w.wd.Store(int32(wd))
 	go w.read()
@@ -145,27 +169,47 @@ func (w *Watch) Remove(name string, e *Waiter) (empty bool) {
 	delete(w.byName[name], e)
 	if len(w.byName[name]) == 0 {
 		delete(w.byName, name)
-		if t := w.rewake[name]; t != nil {
-			t.Stop()
-			delete(w.rewake, name)
-		}
+		delete(w.rewake, name) // its queued entry falls due unmatched
 	}
 	return len(w.byName) == 0 && len(w.held) == 0
 }
 
-// Stop ends the reader and closes the inotify descriptor.
+// Stop ends the reader and closes the inotify descriptor. Nothing of the
+// watch runs once it returns: the reader ran every wake and check, and
+// has returned.
 func (w *Watch) Stop() {
 	w.mu.Lock()
 	w.stopped = true
-	for _, t := range w.rewake {
-		t.Stop()
-	}
-	if w.retry != nil {
-		w.retry.Stop()
-	}
 	w.mu.Unlock()
 	w.f.Close() // ends the reader's Read
 	<-w.done
+}
+
+// CheckRoot looks at once whether the root's path still names the watched
+// directory, and follows it if not: the store calls it when a Held or a
+// waiter registers, before it checks the Held's lock file or tries the
+// key again, so that both happen under a watch of the directory the path
+// names. After a change the reader checks every Held and wakes every
+// waiter; that also covers any event of the new directory the reader read
+// before the change was stored and dropped as the old one's. It costs one
+// system call.
+func (w *Watch) CheckRoot() {
+	if !w.follow() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sweep = true
+	w.pokeLocked()
+}
+
+// pokeLocked makes the reader's Read return now, so that it acts on sweep
+// and on nextLook. w.mu must be held: the reader sets its deadline under
+// it too, so a poke is never overwritten by an older deadline.
+func (w *Watch) pokeLocked() {
+	if !w.stopped {
+		_ = w.f.SetReadDeadline(time.Unix(1, 0))
+	}
 }
 
 // inotifyEventLen is the fixed part of struct inotify_event: wd, mask,
@@ -177,47 +221,121 @@ const inotifyEventLen = 16
 // root, a lost watch or lost events (queue overflow) make the watch follow
 // the root's path, check every held lock file and wake everyone. Events of
 // a directory no longer at the path are ignored. Each event costs a map
-// look-up, and a check (one statx) only for a held name.
+// look-up, and a check (one statx) only for a held name. Between events it
+// runs the second wakes and the looks at the root's path as they fall due
+// (tick).
 func (w *Watch) read() {
 	defer close(w.done)
 	buf := make([]byte, 64*(inotifyEventLen+unix.NAME_MAX+1))
 	for {
+		if !w.setDeadline() {
+			return
+		}
 		n, err := w.f.Read(buf)
-		if err != nil {
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return // stop closed the descriptor
 		}
-		for ev := buf[:n]; len(ev) >= inotifyEventLen; {
-			wd := int32(binary.NativeEndian.Uint32(ev[0:]))
-			mask := binary.NativeEndian.Uint32(ev[4:])
-			nameLen := int(binary.NativeEndian.Uint32(ev[12:]))
-			if inotifyEventLen+nameLen > len(ev) {
-				break
+		w.events(buf[:n])
+		w.tick(time.Now())
+	}
+}
+
+// setDeadline makes the next Read return when the next second wake or
+// look at the root falls due, or at once after a poke. It reports false
+// once the watch is stopped.
+func (w *Watch) setDeadline() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return false
+	}
+	due := w.nextLook
+	if w.sweep {
+		due = time.Unix(1, 0)
+	}
+	if len(w.rewakes) > 0 && w.rewakes[0].due.Before(due) {
+		due = w.rewakes[0].due
+	}
+	return w.f.SetReadDeadline(due) == nil
+}
+
+// events handles the events in ev, a buffer that Read filled.
+func (w *Watch) events(ev []byte) {
+	for len(ev) >= inotifyEventLen {
+		wd := int32(binary.NativeEndian.Uint32(ev[0:]))
+		mask := binary.NativeEndian.Uint32(ev[4:])
+		nameLen := int(binary.NativeEndian.Uint32(ev[12:]))
+		if inotifyEventLen+nameLen > len(ev) {
+			return
+		}
+		name := string(bytes.TrimRight(ev[inotifyEventLen:inotifyEventLen+nameLen], "\x00"))
+		ev = ev[inotifyEventLen+nameLen:]
+		switch {
+		case mask&unix.IN_Q_OVERFLOW == 0 && wd != w.wd.Load():
+			// the old root's, after the watch followed the path
+		case mask&rootChanged != 0:
+			w.follow()
+			w.checkAllHeld()
+			w.wakeAll()
+		case name != "":
+			if mask&nameChanged != 0 {
+				w.checkHeld(name)
 			}
-			name := string(bytes.TrimRight(ev[inotifyEventLen:inotifyEventLen+nameLen], "\x00"))
-			ev = ev[inotifyEventLen+nameLen:]
-			switch {
-			case mask&unix.IN_Q_OVERFLOW == 0 && wd != w.wd.Load():
-				// the old root's, after the watch followed the path
-			case mask&rootChanged != 0:
-				w.follow()
-				w.checkAllHeld()
-				w.wakeAll()
-			case name != "":
-				if mask&nameChanged != 0 {
-					w.checkHeld(name)
-				}
-				w.wakeName(name, true)
-			}
+			w.wakeName(name, true)
 		}
 	}
 }
 
+// tick runs what fell due by now: the second wakes, and a look at the
+// root's path (or the check and wake of everyone that CheckRoot asked
+// for). A look that finds another directory at the path, or a directory
+// where none was, checks every Held and wakes every waiter.
+func (w *Watch) tick(now time.Time) {
+	for _, name := range w.dueRewakes(now) {
+		w.wakeName(name, false)
+	}
+	w.mu.Lock()
+	sweep, look := w.sweep, !now.Before(w.nextLook)
+	w.sweep = false
+	w.mu.Unlock()
+	if look && w.follow() {
+		sweep = true
+	}
+	if sweep {
+		w.checkAllHeld()
+		w.wakeAll()
+	}
+}
+
+// dueRewakes takes the names whose second wake is due by now.
+func (w *Watch) dueRewakes(now time.Time) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var names []string
+	for len(w.rewakes) > 0 && !w.rewakes[0].due.After(now) {
+		r := w.rewakes[0]
+		w.rewakes = w.rewakes[1:]
+		if due, ok := w.rewake[r.name]; ok && due.Equal(r.due) {
+			delete(w.rewake, r.name)
+			names = append(names, r.name)
+		}
+	}
+	if len(w.rewakes) == 0 {
+		w.rewakes = nil // let the backing array go
+	}
+	return names
+}
+
 // follow watches the directory now at the root's path, in place of the
 // one watched so far (the same one, after lost events), and reports
-// whether it found one. While the path names no directory, it looks again
-// after a pause that grows to localFollowMax, and checks and wakes everyone
-// once it finds one (refollow).
-func (w *Watch) follow() bool {
+// whether that changed which directory is watched, or whether one is.
+// inotify_add_watch answers the question itself: on the inode watched
+// already it returns that watch's descriptor (the same device and inode
+// number), so the look and the new watch are one system call, with no
+// moment between them for the path to change. The next look is due in
+// localRootCheck, or, while the path names no directory, after a pause
+// that grows to localFollowMax.
+func (w *Watch) follow() (changed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
@@ -234,27 +352,18 @@ func (w *Watch) follow() bool {
 		unix.InotifyRmWatch(w.fd, uint32(old))
 	}
 	w.wd.Store(int32(wd))
+	next := localRootCheck
 	if err == nil {
 		w.pause = 0
-		return true
-	}
-	w.pause = min(max(2*w.pause, localFollowMin), localFollowMax)
-	if w.retry == nil {
-		w.retry = time.AfterFunc(w.pause, w.refollow)
 	} else {
-		w.retry.Reset(w.pause)
+		w.pause = min(max(2*w.pause, localFollowMin), localFollowMax)
+		next = w.pause
 	}
-	return false
-}
-
-// refollow looks again for a root that went away; once it finds one, a
-// Held made there and a waiter for a key there are watched, so it checks
-// every Held and wakes every waiter.
-func (w *Watch) refollow() {
-	if w.follow() {
-		w.checkAllHeld()
-		w.wakeAll()
+	w.nextLook = time.Now().Add(next)
+	if next < localRootCheck {
+		w.pokeLocked() // the reader may be waiting for a later look
 	}
+	return old != int32(wd)
 }
 
 // checkHeld checks the held lock file called name, if there is one.
@@ -293,7 +402,8 @@ func (w *Watch) checkAllHeld() {
 }
 
 // wakeName calls the waiters of name, outside the lock (a wake may end its
-// own watch). The first wake of an event arms the second (localRewake).
+// own watch). The first wake of an event arms the second (localRewake),
+// or postpones it if armed.
 func (w *Watch) wakeName(name string, first bool) {
 	w.mu.Lock()
 	if w.stopped {
@@ -305,11 +415,9 @@ func (w *Watch) wakeName(name string, first bool) {
 		wakes = append(wakes, e.wake)
 	}
 	if first && len(wakes) > 0 {
-		if t := w.rewake[name]; t != nil {
-			t.Reset(localRewake)
-		} else {
-			w.rewake[name] = time.AfterFunc(localRewake, func() { w.wakeName(name, false) })
-		}
+		due := time.Now().Add(localRewake)
+		w.rewake[name] = due
+		w.rewakes = append(w.rewakes, dueRewake{name, due})
 	}
 	w.mu.Unlock()
 	for _, wake := range wakes {

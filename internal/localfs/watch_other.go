@@ -24,6 +24,9 @@ func (w *Watch) Add(name string, wake func()) *Waiter { return nil }
 // Remove does nothing.
 func (w *Watch) Remove(name string, e *Waiter) bool { return true }
 
+// CheckRoot does nothing.
+func (w *Watch) CheckRoot() {}
+
 // Stop does nothing.
 func (w *Watch) Stop() {}
 

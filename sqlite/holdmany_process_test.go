@@ -24,6 +24,7 @@ import (
 
 const (
 	manyChildEnv  = "LEASE_TEST_MANY_CHILD" // the SQLite file the child holds keys in
+	manyTTLEnv    = "LEASE_TEST_MANY_TTL"   // the child's TTL
 	manyKeys      = 300
 	manyTTL       = time.Second // real time: Hold times renewals on the real clock
 	manyReleaseIn = "releaseall"
@@ -47,7 +48,11 @@ func TestManyChild(t *testing.T) {
 	if path == "" {
 		return
 	}
-	s, err := lease.Open(ctxBG, "sqlite:"+path, lease.WithOwner("node-a"), lease.WithTTL(manyTTL))
+	ttl, err := time.ParseDuration(os.Getenv(manyTTLEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := lease.Open(ctxBG, "sqlite:"+path, lease.WithOwner("node-a"), lease.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,11 +74,12 @@ func TestManyChild(t *testing.T) {
 	}
 }
 
-// manyChild starts the child on path and waits until it holds its keys.
-func manyChild(t *testing.T, path string) (cmd *exec.Cmd, say func(string), lines *bufio.Scanner) {
+// manyChild starts the child on path, its keys held with ttl, and waits
+// until it holds them.
+func manyChild(t *testing.T, path string, ttl time.Duration) (cmd *exec.Cmd, say func(string), lines *bufio.Scanner) {
 	t.Helper()
 	cmd = exec.Command(os.Args[0], "-test.run=^TestManyChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), manyChildEnv+"="+path)
+	cmd.Env = append(os.Environ(), manyChildEnv+"="+path, manyTTLEnv+"="+ttl.String())
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -144,9 +150,11 @@ func manyStore(t *testing.T, path string) (*lease.DocumentStore, *testkit.TripCo
 // TestManyReleaseAllAcrossProcesses: R13, R12. A node that releases its
 // few hundred keys with one ReleaseAll hands every one of them, clean, to
 // the node waiting for them, which takes them in a few batched round trips.
+// The child's keys must not expire before its ReleaseAll, however loaded
+// the machine: it holds them with a TTL of a minute.
 func TestManyReleaseAllAcrossProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "leases.db")
-	_, say, lines := manyChild(t, path)
+	_, say, lines := manyChild(t, path, time.Minute)
 	s, c := manyStore(t, path)
 	collect := waitAll(t, s)
 	waitersBlocked(t, c)
@@ -172,7 +180,7 @@ func TestManyReleaseAllAcrossProcesses(t *testing.T) {
 // expiry, each PreviousUnclean, in a few batched round trips.
 func TestManyTakeoverAfterKill(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "leases.db")
-	cmd, _, _ := manyChild(t, path)
+	cmd, _, _ := manyChild(t, path, manyTTL)
 	s, c := manyStore(t, path)
 	collect := waitAll(t, s)
 	waitersBlocked(t, c)

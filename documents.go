@@ -81,7 +81,9 @@ const maxAcquireAttempts = 4
 // NewDocumentStore returns a store over d. The store does not close d: the
 // caller may share one driver among several stores and closes it itself.
 // It keeps expiries to the resolution d states (DriverCapabilities); a
-// driver that states nothing is taken to keep them exactly.
+// driver that states nothing is taken to keep them exactly. Unless given
+// WithClock, it judges expiry by the clock of d's server when d states
+// Capabilities.ServerClock, else by time.Now (R8).
 func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	if d == nil {
 		return nil, errors.New("lease: NewDocumentStore given a nil driver")

@@ -161,9 +161,9 @@ func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
 // WithClock sets the clock every expiry is judged against (R8). Without
 // it, a store over a driver that states Capabilities.ServerClock
-// (PostgreSQL, MongoDB) judges by its database server's clock, and any
-// other store by time.Now. Tests pass a fake clock; a store given one
-// never asks its server's clock.
+// (PostgreSQL's) judges by its database server's clock, and any other
+// store by time.Now. Tests pass a fake clock; a store given one never
+// asks its server's clock.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.now, c.clockGiven = now, true }
 }

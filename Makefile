@@ -32,7 +32,7 @@ model:
 	$(GO) test -race -count=1 -timeout=30m -run='^TestHeldModel$$' -rapid.checks=1000 . ./sqlite
 
 # mutants: the project's own tests must catch every deliberately broken
-# variant in mutant.go (R2, R4, R6, R7, R9, R10, R12, the local store, Hold)
+# variant in mutant.go (R2, R4, R6, R7, R8, R9, R10, R12, the local store, Hold)
 # and in the drivers' mutant.go files (postgres/, sqlite/: Fence).
 # .ci/mutants holds the table of mutant and test selection; each selection
 # must pass without its mutant, and a mutant counts as caught only if a test

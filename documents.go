@@ -18,6 +18,7 @@ import (
 type DocumentStore struct {
 	d     Driver
 	caps  Capabilities // what d states about itself
+	clock *serverClock // the server's clock (R8); nil: judge by cfg.now
 	cfg   config
 	locks keyLocks
 	obs   *observer // nil without WithObserver
@@ -80,7 +81,9 @@ const maxAcquireAttempts = 4
 // NewDocumentStore returns a store over d. The store does not close d: the
 // caller may share one driver among several stores and closes it itself.
 // It keeps expiries to the resolution d states (DriverCapabilities); a
-// driver that states nothing is taken to keep them exactly.
+// driver that states nothing is taken to keep them exactly. Unless given
+// WithClock, it judges expiry by the clock of d's server when d states
+// Capabilities.ServerClock, else by time.Now (R8).
 func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	if d == nil {
 		return nil, errors.New("lease: NewDocumentStore given a nil driver")
@@ -89,9 +92,15 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	if err != nil {
 		return nil, err
 	}
+	caps := DriverCapabilities(d)
+	var clock *serverClock
+	if caps.ServerClock && !cfg.clockGiven {
+		clock = newServerClock()
+	}
 	return &DocumentStore{
 		d:       d,
-		caps:    DriverCapabilities(d),
+		caps:    caps,
+		clock:   clock,
 		cfg:     cfg,
 		obs:     newObserver(cfg.observer, d.Name(), cfg.owner),
 		done:    make(chan struct{}),
@@ -132,7 +141,7 @@ func (s *DocumentStore) acquire(ctx context.Context, key string) (Grant, error) 
 		if err != nil {
 			return Grant{}, err
 		}
-		now := s.cfg.now()
+		now := s.now()
 		mine, isMine := s.heldAt(key, rec)
 		if raced && !isMine && rec != nil && rec.Epoch > seen {
 			// R5: another store acquired between our read and our write.
@@ -188,15 +197,14 @@ func (s *DocumentStore) renew(ctx context.Context, g Grant) (Grant, error) {
 		if err != nil {
 			return Grant{}, err
 		}
-		now := s.cfg.now()
-		if expired(h.grant.ExpiresAt, now) && mutant != mutantRenewExpired {
+		if expired(h.grant.ExpiresAt, s.renewNow()) && mutant != mutantRenewExpired {
 			if attempt == 0 {
 				continue // the table may be behind the record (R6): read it
 			}
 			return Grant{}, lostExpired(g.Key, g.Epoch)
 		}
 		next := h.grant
-		next.ExpiresAt = s.expiry(now)
+		next.ExpiresAt = s.expiry(s.now())
 		err = s.write(ctx, "renew", next, false, Precondition{Version: h.version})
 		if err == nil {
 			return next, nil
@@ -262,7 +270,7 @@ func (s *DocumentStore) Holder(ctx context.Context, key string) (Record, error) 
 	if err != nil {
 		return Record{}, err
 	}
-	if rec == nil || !live(*rec, s.cfg.now()) {
+	if rec == nil || !live(*rec, s.now()) {
 		return Record{}, ErrNotFound
 	}
 	return *rec, nil
@@ -292,7 +300,7 @@ func (s *DocumentStore) Holders(ctx context.Context, prefix string) iter.Seq2[Re
 				yield(Record{}, &StorageError{Op: "holders", Key: prefix, Err: err})
 				return
 			}
-			now := s.cfg.now()
+			now := s.now()
 			for _, rec := range recs {
 				if err := checkRecord(rec, rec.Key); err != nil {
 					if !yield(Record{}, &StorageError{Op: "holders", Key: rec.Key, Err: err}) {
@@ -530,7 +538,7 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew, 
 	if rec == nil || rec.Released || rec.Owner != g.Owner || rec.Epoch != g.Epoch {
 		return heldGrant{}, lost(g.Key, g.Epoch)
 	}
-	if renew && expired(rec.ExpiresAt, s.cfg.now()) && mutant != mutantRenewExpired {
+	if renew && expired(rec.ExpiresAt, s.renewNow()) && mutant != mutantRenewExpired {
 		return heldGrant{}, lostExpired(g.Key, g.Epoch)
 	}
 	g.ExpiresAt = rec.ExpiresAt

@@ -140,8 +140,7 @@ func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grant
 // for Renew; and the indices of the locked keys that are not in the batch,
 // to unlock.
 func (s *DocumentStore) renewals(gs []Grant, tickets []*heldGrant, ok []bool, batch []batchWrite) (_ []batchWrite, single, drop []int) {
-	now := s.cfg.now()
-	expiry := s.expiry(now)
+	now, expiry := s.renewNow(), s.expiry(s.now())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	unsettled := len(s.pending) > 0
@@ -282,7 +281,7 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 		err = fmt.Errorf("driver answered %d of %d reads", len(results), len(keys))
 	}
 	var batch []batchWrite
-	now := s.cfg.now()
+	now := s.now()
 	for j, key := range keys {
 		i := index[j]
 		if err != nil {

@@ -56,6 +56,13 @@ type Capabilities struct {
 	// and BSON dates). Zero: a time.Time is kept as it is. DocumentStore
 	// rounds new expiries down to it, so that a grant equals its record.
 	ExpiryResolution time.Duration
+	// ServerClock: the driver's database server has a clock that judges
+	// expiry (R8), and the driver reports its reading with the answer to
+	// every call through ReportServerTime. A DocumentStore over it that
+	// was not given WithClock then takes keys, renews and lists by its
+	// estimate of the server's clock, never by its host's: skew between
+	// hosts no longer matters, only the server's clock does.
+	ServerClock bool
 }
 
 // DriverInfo is a Driver that states its capabilities. A driver written

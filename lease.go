@@ -137,8 +137,11 @@ const maxIDLen = rules.MaxIDLen
 type config struct {
 	owner  string
 	ttl    time.Duration
-	now    func() time.Time
+	now    func() time.Time // WithClock's clock, else the host's (hostNow)
 	logger *slog.Logger
+
+	clockGiven bool             // WithClock was given: the server's clock is not asked (R8)
+	hostNow    func() time.Time // the host's wall clock: time.Now, or a test's (internal/hostclock)
 
 	observer   Observer // WithObserver; nil: none
 	ownsDriver bool     // set by Open: Close closes the driver too
@@ -156,18 +159,26 @@ func WithOwner(id string) Option { return func(c *config) { c.owner = id } }
 // never expire.
 func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
-// WithClock sets the clock every expiry is judged against (R8). The default
-// is time.Now; tests pass a fake clock.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+// WithClock sets the clock every expiry is judged against (R8). Without
+// it, a store over a driver that states Capabilities.ServerClock
+// (PostgreSQL's) judges by its database server's clock, and any other
+// store by time.Now. Tests pass a fake clock; a store given one never
+// asks its server's clock.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) { c.now, c.clockGiven = now, true }
+}
 
 // WithLogger sets where the store reports takeovers and unresolved writes.
 // The default discards everything.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{ttl: DefaultTTL, now: time.Now}
+	c := config{ttl: DefaultTTL, hostNow: time.Now}
 	for _, o := range opts {
 		o(&c)
+	}
+	if !c.clockGiven {
+		c.now = c.hostNow
 	}
 	if c.owner == "" {
 		c.owner = DefaultOwner()

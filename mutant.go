@@ -23,4 +23,5 @@ const (
 	mutantCloseSkipsHolds   = "close_skips_holds"   // R15: Close leaves the Helds live (keeper.close)
 	mutantOrphan            = "orphan"              // R17: a grant taken for a waiter that left is never given back (grantedLocked)
 	mutantWholeBatch        = "whole_batch"         // R12, R17: a renewal batch is one call bounded by its earliest deadline, never split (renew)
+	mutantHostClock         = "host_clock"          // R8: judge expiry by the host's clock in server-clock mode (DocumentStore.now)
 )

@@ -354,6 +354,7 @@ func (k *keeper) observeWaitEnd(key string, since time.Time, g Grant, err error)
 func (s *DocumentStore) observed() *observer { return s.obs }
 
 func (s *DocumentStore) get(ctx context.Context, key string) (Record, uint64, error) {
+	ctx = s.clock.probe(ctx)
 	if s.obs == nil {
 		return s.d.Get(ctx, key)
 	}
@@ -368,6 +369,7 @@ func (s *DocumentStore) getObserved(ctx context.Context, key string) (Record, ui
 }
 
 func (s *DocumentStore) put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
+	ctx = s.clock.probe(ctx)
 	if s.obs == nil {
 		return s.d.Put(ctx, rec, pre)
 	}
@@ -382,6 +384,7 @@ func (s *DocumentStore) putObserved(ctx context.Context, rec Record, pre Precond
 }
 
 func (s *DocumentStore) getMany(ctx context.Context, br BatchReader, keys []string) ([]GetResult, error) {
+	ctx = s.clock.probe(ctx)
 	start := s.obs.start()
 	results, err := br.GetMany(ctx, keys)
 	s.obs.storage(OpGetMany, batchKey(keys), len(keys), start, err)
@@ -389,6 +392,7 @@ func (s *DocumentStore) getMany(ctx context.Context, br BatchReader, keys []stri
 }
 
 func (s *DocumentStore) putMany(ctx context.Context, bd BatchDriver, ws []Write) ([]PutResult, error) {
+	ctx = s.clock.probe(ctx)
 	start := s.obs.start()
 	results, err := bd.PutMany(ctx, ws)
 	key := ""
@@ -400,6 +404,7 @@ func (s *DocumentStore) putMany(ctx context.Context, bd BatchDriver, ws []Write)
 }
 
 func (s *DocumentStore) list(ctx context.Context, ld ListDriver, prefix, after string) ([]Record, error) {
+	ctx = s.clock.probe(ctx)
 	start := s.obs.start()
 	recs, err := ld.List(ctx, prefix, after, holdersPage)
 	s.obs.storage(OpList, "", len(recs), start, err)

@@ -19,14 +19,15 @@ type DriverOpener = func(t *testing.T) lease.Driver
 // TestDriver checks a document driver, through DocumentStores over it with
 // TTL: every TestStore rule, then the rules a driver can break by itself:
 // its Get and Put contract, epochs at the top of the range (R2), records
-// kept (R3), expiries kept to the resolution it states (R4), races through
+// kept (R3), expiries kept to the resolution it states (R4), expiry
+// judged by its server's clock if it states ServerClock (R8), races through
 // a slow link (R5), writes whose outcome is unknown (R9), corrupt records
 // (R10) and the storage round trips of each operation. The optional
 // interfaces the driver implements (BatchDriver's PutMany, BatchReader's
 // GetMany, ListDriver's List) are checked write by write as well.
 func TestDriver(t *testing.T, open DriverOpener) {
 	caps := lease.DriverCapabilities(Shared(t, func() lease.Driver { return open(t) }))
-	t.Logf("capabilities: cross-process %v, expiry resolution %v", caps.CrossProcess, caps.ExpiryResolution)
+	t.Logf("capabilities: cross-process %v, expiry resolution %v, server clock %v", caps.CrossProcess, caps.ExpiryResolution, caps.ServerClock)
 	runStore(t, driverStores(open))
 	for _, c := range driverCases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, open) })
@@ -117,6 +118,7 @@ var driverCases = []driverCase{
 		}
 	}},
 	{"R4 grants expire at now + TTL to the stated resolution", testExpiryResolution},
+	{"R8 a driver stating ServerClock judges by its server's clock", testServerClock},
 	{"R5 racing stores through a slow driver", func(t *testing.T, open DriverOpener) {
 		d := Slow(open(t), 200*time.Microsecond)
 		e := newEnv(t, TTL, func(t *testing.T, clock func() time.Time, owner string) lease.Store {

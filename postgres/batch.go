@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"strconv"
@@ -178,12 +179,19 @@ func (d *postgresDriver) putJoinedChunk(ctx context.Context, ws []lease.Write, s
 	if len(owners) > maxJoinedOwners {
 		return d.putArrayChunk(ctx, ws, sent)
 	}
-	var count int
-	var list sql.NullString
+	var (
+		now   time.Time
+		count int
+		list  sql.NullString
+	)
 	err := d.db.QueryRowContext(ctx, d.putJoined, keys.String(), versions.String(), owners, ownerAt.String(),
-		epochs.String(), expiries, expiryAt.String(), released.String(), len(sent)).Scan(&count, &list)
-	if err != nil || count == len(sent) {
+		epochs.String(), expiries, expiryAt.String(), released.String(), len(sent)).Scan(&now, &count, &list)
+	if err != nil {
 		return nil, err
+	}
+	lease.ReportServerTime(ctx, now)
+	if count == len(sent) {
+		return nil, nil
 	}
 	return func(yield func(string) bool) {
 		if !list.Valid {
@@ -237,17 +245,23 @@ func (d *postgresDriver) putArrayChunk(ctx context.Context, ws []lease.Write, se
 		return nil, err
 	}
 	defer rows.Close()
-	var landed []string
+	var (
+		landed []string
+		now    time.Time
+	)
 	for rows.Next() {
-		var key string
-		if err := rows.Scan(&key); err != nil {
+		var key sql.NullString
+		if err := rows.Scan(&now, &key); err != nil {
 			return nil, err
 		}
-		landed = append(landed, key)
+		if key.Valid { // NULL: the one row of a statement that wrote none
+			landed = append(landed, key.String)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	lease.ReportServerTime(ctx, now)
 	return slices.Values(landed), nil
 }
 
@@ -269,20 +283,17 @@ func (d *postgresDriver) GetMany(ctx context.Context, keys []string) ([]lease.Ge
 		return nil, d.fail(fmt.Sprintf("get of %d keys", len(keys)), err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var key string
-		var cols [5]any
-		if err := rows.Scan(&key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]); err != nil {
-			return nil, d.fail(fmt.Sprintf("get of %d keys", len(keys)), err)
-		}
-		rec, version, err := parsePostgresRow(key, cols)
+	var now time.Time
+	for key, cols := range scanClockedRows(rows, &now, &err) {
+		rec, version, perr := parsePostgresRow(key, cols)
 		for _, i := range at[key] {
-			results[i] = lease.GetResult{Rec: rec, Version: version, Err: err}
+			results[i] = lease.GetResult{Rec: rec, Version: version, Err: perr}
 		}
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return nil, d.fail(fmt.Sprintf("get of %d keys", len(keys)), err)
 	}
+	lease.ReportServerTime(ctx, now)
 	return results, nil
 }
 
@@ -309,21 +320,42 @@ func (d *postgresDriver) List(ctx context.Context, prefix, after string, limit i
 		return nil, d.fail(fmt.Sprintf("list of %q", prefix), err)
 	}
 	defer rows.Close()
-	var recs []lease.Record
-	for rows.Next() {
-		var key string
-		var cols [5]any
-		if err := rows.Scan(&key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]); err != nil {
-			return nil, d.fail(fmt.Sprintf("list of %q", prefix), err)
-		}
-		rec, _, err := parsePostgresRow(key, cols)
-		if err != nil {
+	var (
+		recs []lease.Record
+		now  time.Time
+	)
+	for key, cols := range scanClockedRows(rows, &now, &err) {
+		rec, _, perr := parsePostgresRow(key, cols)
+		if perr != nil {
 			rec = lease.Record{Key: key} // owner "" and epoch 0: checkRecord refuses it (R10)
 		}
 		recs = append(recs, rec)
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return nil, d.fail(fmt.Sprintf("list of %q", prefix), err)
 	}
+	lease.ReportServerTime(ctx, now)
 	return recs, nil
+}
+
+// scanClockedRows yields the key and columns of each row of a read joined
+// to the server's clock (see newPostgresStatements), skipping the row of
+// NULLs that stands for no rows found; it sets *now to the clock and *err
+// to the first error, when the rows are done.
+func scanClockedRows(rows *sql.Rows, now *time.Time, err *error) iter.Seq2[string, [5]any] {
+	return func(yield func(string, [5]any) bool) {
+		for rows.Next() {
+			var (
+				key  sql.NullString
+				cols [5]any
+			)
+			if *err = rows.Scan(now, &key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]); *err != nil {
+				return
+			}
+			if key.Valid && !yield(key.String, cols) {
+				return
+			}
+		}
+		*err = rows.Err()
+	}
 }

@@ -159,8 +159,16 @@ type pgFloor struct {
 }
 
 func (f *pgFloor) get(key string) error {
-	var cols [5]any
-	return f.db.QueryRowContext(ctxBG, f.d.get, key).Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
+	var (
+		cols  [5]any
+		now   time.Time
+		found bool
+	)
+	err := f.db.QueryRowContext(ctxBG, f.d.get, key).Scan(&now, &found, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
+	if err == nil && !found {
+		return sql.ErrNoRows
+	}
+	return err
 }
 
 func (f *pgFloor) insert(key string) error {
@@ -173,12 +181,16 @@ func (f *pgFloor) insert(key string) error {
 
 func (f *pgFloor) update(released bool) error {
 	f.epoch++
-	res, err := f.db.ExecContext(ctxBG, f.d.update, f.key, f.version, "bench", f.epoch,
-		time.Now().Add(time.Minute).Truncate(time.Microsecond), released)
+	var (
+		now time.Time
+		n   int64
+	)
+	err := f.db.QueryRowContext(ctxBG, f.d.update, f.key, f.version, "bench", f.epoch,
+		time.Now().Add(time.Minute).Truncate(time.Microsecond), released).Scan(&now, &n)
 	if err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	if n != 1 {
 		return fmt.Errorf("floor update of %s at version %d changed %d rows", f.key, f.version, n)
 	}
 	f.version++

@@ -31,9 +31,10 @@ import (
 // and so does not wait for it.)
 //
 // Expiry is judged, as the store judges it without lease.WithClock, by
-// this host's clock (time.Now): the record must be unreleased, name g's
-// owner and epoch, and expire after now (R6). The row's expiry is read,
-// not g.ExpiresAt: a renewal since g was issued counts.
+// the server's clock (clock_timestamp(), read by the same statement, R8):
+// the record must be unreleased, name g's owner and epoch, and expire
+// after the server's now (R6). The row's expiry is read, not g.ExpiresAt:
+// a renewal since g was issued counts.
 //
 // The lock also makes the holder's own renewal of the key, and a batched
 // renewal that includes it, wait until tx ends. A Hold renews every third
@@ -53,7 +54,7 @@ func Fence(ctx context.Context, tx *sql.Tx, g lease.Grant, opts ...Option) error
 		return err
 	}
 	var f fencedRow
-	err = tx.QueryRowContext(ctx, query, g.Key).Scan(&f.owner, &f.epoch, &f.released, &f.expires)
+	err = tx.QueryRowContext(ctx, query, g.Key).Scan(&f.owner, &f.epoch, &f.released, &f.expires, &f.now)
 	return f.verdict(g, table, errors.Is(err, sql.ErrNoRows), err)
 }
 
@@ -68,7 +69,7 @@ func FencePgx(ctx context.Context, tx pgx.Tx, g lease.Grant, opts ...Option) err
 		return err
 	}
 	var f fencedRow
-	err = tx.QueryRow(ctx, query, g.Key).Scan(&f.owner, &f.epoch, &f.released, &f.expires)
+	err = tx.QueryRow(ctx, query, g.Key).Scan(&f.owner, &f.epoch, &f.released, &f.expires, &f.now)
 	return f.verdict(g, table, errors.Is(err, pgx.ErrNoRows), err)
 }
 
@@ -95,7 +96,7 @@ func fenceQuery(g lease.Grant, opts []Option) (query, table string, err error) {
 	case mutantFenceKeyShare:
 		lock = " FOR KEY SHARE"
 	}
-	return `SELECT owner, epoch::text, released, expires FROM ` + pgx.Identifier{cfg.table}.Sanitize() +
+	return `SELECT owner, epoch::text, released, expires, clock_timestamp() FROM ` + pgx.Identifier{cfg.table}.Sanitize() +
 		` WHERE key = $1` + lock, cfg.table, nil
 }
 
@@ -104,6 +105,7 @@ type fencedRow struct {
 	owner, epoch string
 	released     bool
 	expires      time.Time
+	now          time.Time // the server's clock_timestamp()
 }
 
 // verdict turns the statement's outcome into Fence's answer: err is the
@@ -120,7 +122,7 @@ func (f fencedRow) verdict(g lease.Grant, table string, absent bool, err error) 
 		}
 	}
 	if mutant == mutantFenceNoExpiry {
-		rec.ExpiresAt = time.Now().Add(time.Hour)
+		rec.ExpiresAt = f.now.Add(time.Hour)
 	}
-	return fencing.Verdict(g, rec, !absent, time.Now())
+	return fencing.Verdict(g, rec, !absent, f.now, "the server's clock")
 }

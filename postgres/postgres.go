@@ -256,7 +256,10 @@ func durableCommit(accepted string) string {
 }
 
 // newPostgresStatements makes the driver's statements for table. Every
-// write carries a CTE s that sets synchronous_commit to commit for its
+// statement also returns the server's clock_timestamp(), which the driver
+// reports to the store (lease.ReportServerTime, R8): a read joins the rows
+// it finds to that one value, so that it answers even when it finds none,
+// and a write counts the rows it wrote beside it. Every write carries a CTE s that sets synchronous_commit to commit for its
 // own transaction (set_config's is_local): the statement is its
 // transaction, and the setting still holds when it commits, so the write is
 // durable whatever its pooled session says, at no extra round trip. Each
@@ -266,6 +269,9 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 	// commit is "on" or "remote_apply" (durableCommit): safe as a literal.
 	setCommit := `s AS (SELECT set_config('synchronous_commit', '` + commit + `', true) AS sc)`
 	const cols = `owner, epoch, expires, released, version`
+	const lcols = `l.owner, l.epoch, l.expires, l.released, l.version`
+	// clock is the one-row relation every read joins its rows to.
+	const clock = `(SELECT clock_timestamp() AS now) AS c`
 	// parsable is what the UPDATE requires of the row besides its version:
 	// that Get would parse it and the store accept it (R10). It is one
 	// CASE so that the planner, before the table has statistics, does not
@@ -290,13 +296,15 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 		db:      db,
 		table:   table,
 		commit:  commit,
-		get:     `SELECT ` + cols + ` FROM ` + t + ` WHERE key = $1`,
-		getMany: `SELECT key, ` + cols + ` FROM ` + t + ` WHERE key = ANY($1)`,
-		insert: `WITH ` + setCommit + ` INSERT INTO ` + t + ` (key, ` + cols + `)
+		get:     `SELECT c.now, l.key IS NOT NULL, ` + lcols + ` FROM ` + clock + ` LEFT JOIN ` + t + ` AS l ON l.key = $1`,
+		getMany: `SELECT c.now, l.key, ` + lcols + ` FROM ` + clock + ` LEFT JOIN ` + t + ` AS l ON l.key = ANY($1)`,
+		insert: `WITH ` + setCommit + `, ins AS (INSERT INTO ` + t + ` (key, ` + cols + `)
 			SELECT $1::text, $2::text, $3::numeric, $4::timestamptz, $5::boolean, 1 FROM s
-			ON CONFLICT (key) DO NOTHING`,
-		update: `WITH ` + setCommit + ` UPDATE ` + t + ` AS l SET owner = $3, epoch = $4, expires = $5, released = $6, version = $2 + 1
-			FROM s WHERE l.key = $1 AND l.version = $2 AND ` + parsable,
+			ON CONFLICT (key) DO NOTHING RETURNING 1)
+			SELECT clock_timestamp(), count(*) FROM ins`,
+		update: `WITH ` + setCommit + `, upd AS (UPDATE ` + t + ` AS l SET owner = $3, epoch = $4, expires = $5, released = $6, version = $2 + 1
+			FROM s WHERE l.key = $1 AND l.version = $2 AND ` + parsable + ` RETURNING 1)
+			SELECT clock_timestamp(), count(*) FROM upd`,
 		// One statement for a whole batch: the inserts and the guarded
 		// updates of every write, each row its own compare-and-swap, in
 		// one transaction. It returns the key of every write that landed
@@ -306,7 +314,7 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 			SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::numeric[], $5::timestamptz[], $6::bool[])
 				AS w(key, version, owner, epoch, expires, released)),
 		` + putWrites + `
-		SELECT key FROM ins UNION ALL SELECT key FROM upd`,
+		SELECT c.now, k.key FROM ` + clock + ` LEFT JOIN (SELECT key FROM ins UNION ALL SELECT key FROM upd) AS k ON true`,
 		// The same batch with its columns joined into text, which the
 		// server splits: keys by newlines, numbers and flags by commas,
 		// and each owner and expiry an index into the batch's distinct
@@ -322,12 +330,12 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 				string_to_array($7, ',')::int[], string_to_array($8, ',')::bool[])
 				AS r(key, version, o, epoch, e, released)),
 		` + putWrites + `
-		SELECT count(*), CASE WHEN count(*) < $9 THEN string_agg(key, E'\n') END
+		SELECT clock_timestamp(), count(*), CASE WHEN count(*) < $9 THEN string_agg(key, E'\n') END
 		FROM (SELECT key FROM ins UNION ALL SELECT key FROM upd) AS landed`,
-		list: `SELECT key, ` + cols + ` FROM ` + t + ` WHERE key > $1 AND key >= $2
-			ORDER BY key LIMIT $3`,
-		listTo: `SELECT key, ` + cols + ` FROM ` + t + ` WHERE key > $1 AND key >= $2 AND key < $4
-			ORDER BY key LIMIT $3`,
+		list: `SELECT c.now, l.key, ` + lcols + ` FROM ` + clock + ` LEFT JOIN LATERAL (SELECT * FROM ` + t + `
+			WHERE key > $1 AND key >= $2 ORDER BY key LIMIT $3) AS l ON true ORDER BY l.key`,
+		listTo: `SELECT c.now, l.key, ` + lcols + ` FROM ` + clock + ` LEFT JOIN LATERAL (SELECT * FROM ` + t + `
+			WHERE key > $1 AND key >= $2 AND key < $4 ORDER BY key LIMIT $3) AS l ON true ORDER BY l.key`,
 	}
 }
 
@@ -349,9 +357,10 @@ func isPostgresCode(err error, codes ...string) bool {
 func (d *postgresDriver) Name() string { return "postgres" }
 
 // Capabilities: PostgreSQL coordinates every process and host that reaches
-// the server, and timestamptz keeps microseconds.
+// the server, timestamptz keeps microseconds, and every answer carries the
+// server's clock_timestamp(), which judges expiry (R8).
 func (d *postgresDriver) Capabilities() lease.Capabilities {
-	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Microsecond}
+	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Microsecond, ServerClock: true}
 }
 
 // Get reads key's record. A row with a NULL or out-of-range column is an
@@ -360,13 +369,18 @@ func (d *postgresDriver) Get(ctx context.Context, key string) (lease.Record, uin
 	if err := d.usable(ctx); err != nil {
 		return lease.Record{}, 0, err
 	}
-	var cols [5]any
-	err := d.db.QueryRowContext(ctx, d.get, key).Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return lease.Record{}, 0, lease.ErrNotFound
-	case err != nil:
+	var (
+		cols  [5]any
+		now   time.Time
+		found bool
+	)
+	err := d.db.QueryRowContext(ctx, d.get, key).Scan(&now, &found, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
+	if err != nil {
 		return lease.Record{}, 0, d.fail("get", err)
+	}
+	lease.ReportServerTime(ctx, now)
+	if !found {
+		return lease.Record{}, 0, lease.ErrNotFound
 	}
 	return parsePostgresRow(key, cols)
 }
@@ -426,31 +440,27 @@ func (d *postgresDriver) Put(ctx context.Context, rec lease.Record, pre lease.Pr
 	if err := checkPostgresWrite(rec, pre); err != nil {
 		return 0, d.fail("put", err)
 	}
-	var (
-		res  sql.Result
-		err  error
-		next uint64 = 1
-	)
+	var row *sql.Row
 	switch {
 	case pre.Absent:
-		res, err = d.db.ExecContext(ctx, d.insert, rec.Key, rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released)
+		row = d.db.QueryRowContext(ctx, d.insert, rec.Key, rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released)
 	case pre.Version == 0 || pre.Version >= math.MaxInt64:
 		return 0, lease.ErrConflict // no stored row has such a version (checkPostgresWrite refused MaxInt64)
 	default:
-		next = pre.Version + 1
-		res, err = d.db.ExecContext(ctx, d.update, rec.Key, int64(pre.Version), rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released)
+		row = d.db.QueryRowContext(ctx, d.update, rec.Key, int64(pre.Version), rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released)
 	}
-	if err != nil {
+	var (
+		now time.Time
+		n   int64
+	)
+	if err := row.Scan(&now, &n); err != nil {
 		return 0, d.fail("put", err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, d.fail("put", err)
-	}
+	lease.ReportServerTime(ctx, now)
 	if n == 0 {
 		return 0, lease.ErrConflict
 	}
-	return next, nil
+	return nextVersion(pre), nil
 }
 
 // checkPostgresWrite refuses, before the server sees it, a record the

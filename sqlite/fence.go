@@ -85,7 +85,7 @@ func explainFence(ctx context.Context, tx *sql.Tx, g lease.Grant, now time.Time)
 	var cols [5]any
 	err := tx.QueryRowContext(ctx, sqliteGet, g.Key).Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
 	if errors.Is(err, sql.ErrNoRows) {
-		return fencing.Verdict(g, lease.Record{}, false, now)
+		return fencing.Verdict(g, lease.Record{}, false, now, hostClock)
 	}
 	if err != nil {
 		return fencing.Failed(g.Key, "sqlite", err)
@@ -94,8 +94,11 @@ func explainFence(ctx context.Context, tx *sql.Tx, g lease.Grant, now time.Time)
 	if err != nil {
 		return fencing.Failed(g.Key, "sqlite", err)
 	}
-	if err := fencing.Verdict(g, rec, true, now); err != nil {
+	if err := fencing.Verdict(g, rec, true, now, hostClock); err != nil {
 		return err
 	}
 	return fencing.Failed(g.Key, "sqlite", errors.New("the record is live but the fencing update matched no row"))
 }
+
+// hostClock names the clock SQLite's expiries are judged by (R8).
+const hostClock = "this host's clock"

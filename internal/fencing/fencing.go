@@ -26,9 +26,11 @@ func CheckGrant(g lease.Grant) error {
 
 // Verdict judges the key's record as the fencing statement found it (found
 // false: the key has no record): nil when it still names g's owner and
-// epoch, unreleased, and now is before its expiry (R6's test), else an
-// error matching lease.ErrLost that says which of these failed.
-func Verdict(g lease.Grant, rec lease.Record, found bool, now time.Time) error {
+// epoch, unreleased, and now, read from the clock that judges expiry
+// (clock names it: "this host's clock", "the server's clock"), is before
+// its expiry (R6's test), else an error matching lease.ErrLost that says
+// which of these failed.
+func Verdict(g lease.Grant, rec lease.Record, found bool, now time.Time, clock string) error {
 	var why string
 	switch {
 	case !found:
@@ -38,8 +40,8 @@ func Verdict(g lease.Grant, rec lease.Record, found bool, now time.Time) error {
 	case rec.Released:
 		why = "the grant was released"
 	case !now.Before(rec.ExpiresAt):
-		why = fmt.Sprintf("the grant expired at %s (now %s by this host's clock)",
-			rec.ExpiresAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+		why = fmt.Sprintf("the grant expired at %s (now %s by %s)",
+			rec.ExpiresAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), clock)
 	default:
 		return nil
 	}

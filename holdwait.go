@@ -297,7 +297,7 @@ func (k *keeper) look(batch []*waiter, own bool) {
 	if storeTTL(k.s) == 0 {
 		answered = make([]reading, len(batch))
 	}
-	start := readClocks()
+	start := k.sendReading()
 	results := acquireAll(ctx, k.s, keys, func(i int, r grantResult) {
 		if answered != nil {
 			answered[i] = readClocks()

@@ -31,6 +31,9 @@ import (
 //     backoff.
 //   - heldWatcher: the store tells at once when a grant it holds is lost
 //     behind its back (LocalStore, a lock file replaced).
+//   - serverClocked: the store judges expiry by its database server's
+//     clock (DocumentStore on PostgreSQL, R8); the time left on a grant it
+//     acquires is measured against that clock.
 //
 // A Store that wraps another and implements Unwrapper is kept through the
 // innermost store it wraps.
@@ -84,6 +87,28 @@ type heldWatcher interface {
 	watchHeld(g Grant)
 }
 
+// serverClocked is a store that judges expiry by its database server's
+// clock (R8): the keeper measures the time left on a grant it acquires
+// against that clock, read as the call is sent, not against this host's,
+// so that a host behind the server does not count its lag as time left
+// on a grant the store held already (R4c). ok is false while the store
+// judges by this host's clock.
+type serverClocked interface {
+	serverNow() (now time.Time, ok bool)
+}
+
+// sendReading reads the clocks as a look's acquire call is sent: the
+// wall reading is the store's server clock where it judges by one.
+func (k *keeper) sendReading() reading {
+	r := readClocks()
+	if sc, ok := k.s.(serverClocked); ok {
+		if now, ok := sc.serverNow(); ok {
+			r.wall = now
+		}
+	}
+	return r
+}
+
 // What each store this package ships can do.
 var (
 	_ keptStore     = (*DocumentStore)(nil)
@@ -91,6 +116,7 @@ var (
 	_ loggingStore  = (*DocumentStore)(nil)
 	_ observedStore = (*DocumentStore)(nil)
 	_ batchStore    = (*DocumentStore)(nil)
+	_ serverClocked = (*DocumentStore)(nil)
 
 	_ keptStore      = (*LocalStore)(nil)
 	_ loggingStore   = (*LocalStore)(nil)

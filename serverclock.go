@@ -129,3 +129,14 @@ func (s *DocumentStore) renewNow() time.Time {
 	}
 	return s.cfg.now()
 }
+
+// serverNow is the upper bound of the server's clock, for the keeper
+// (serverClocked): measured against it, the time left on a grant is never
+// more than the server will allow it.
+func (s *DocumentStore) serverNow() (time.Time, bool) {
+	if s.clock == nil || mutant == mutantHostClock {
+		return time.Time{}, false
+	}
+	_, upper, ok := s.clock.bounds()
+	return upper, ok
+}

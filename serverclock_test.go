@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,5 +74,46 @@ func TestServerClockJudgesByServer_R8(t *testing.T) {
 	g, err = withClock.Acquire(ctx, "k")
 	if err != nil || !g.ExpiresAt.Equal(own.Now().Add(ttl)) {
 		t.Fatalf("R8: a store given WithClock took %+v, %v; want the key, expiring by its own clock at %v", g, err, own.Now().Add(ttl))
+	}
+}
+
+// TestServerClockHoldTakesUpShortGrant_R8: a Hold that takes up a grant
+// its store already holds from a bare Acquire (R4c) measures the time
+// left on it by the server's clock, not by its host's: on a host ten
+// minutes behind the server, the Held's deadline still comes before the
+// server's expiry minus the margin.
+func TestServerClockHoldTakesUpShortGrant_R8(t *testing.T) {
+	var mu sync.Mutex
+	ahead := 10 * time.Minute
+	server := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Now().Add(ahead)
+	}
+	const ttl, margin = 30 * time.Second, 5 * time.Second
+	s, err := lease.NewDocumentStore(lease.NewServerClockMemoryDriver(server), lease.WithOwner("behind"), lease.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Acquire(t.Context(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	ahead += 20 * time.Second // the server's clock, 20 s on: 10 s are left on the grant
+	mu.Unlock()
+	// The fake server's clock jumped, as no real one does against the
+	// host's monotonic clock: a read gives the store its new reading.
+	if _, err := s.Holder(t.Context(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := lease.Hold(t.Context(), s, "k", lease.SafetyMargin(margin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	const slack = 50 * time.Millisecond // the server clock's estimate is conservative by a call's time
+	if left, most := time.Until(h.Deadline()), h.Grant().ExpiresAt.Sub(server())-margin; left > most+slack {
+		t.Errorf("the Held's deadline is %v away; want at most %v, the server's expiry minus the margin", left, most)
 	}
 }

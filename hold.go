@@ -364,6 +364,9 @@ func holdSetup(s Store, opts []HoldOption) (holdConfig, error) {
 	if s == nil {
 		return cfg, errors.New("lease: Hold given a nil store")
 	}
+	if !keepable(innermost(s)) {
+		return cfg, fmt.Errorf("lease: Hold given a store of type %T that cannot be told apart from another (it is not comparable): pass a pointer to it", innermost(s))
+	}
 	if ttl := storeTTL(innermost(s)); ttl > 0 {
 		// Refuse a plan the store's TTL cannot keep before taking anything.
 		if _, _, err := cfg.plan(ttl); err != nil {

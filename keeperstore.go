@@ -219,16 +219,24 @@ var foreignKeepers struct {
 	m map[Store]*keeper
 }
 
-// keeperFor returns s's keeper; the caller calls unuse when it has
-// registered what it keeps (a Held or a waiter keeps the keeper alive).
-// A store of a type that cannot be a map key gets a keeper of its own per
-// call: correct within that call, only not shared.
+// keepable reports whether s can have a keeper: a store of ours, or one
+// whose value can be a map key (foreignKeepers), so that every Hold of it
+// finds the same keeper (R16). A value that cannot (a struct holding a
+// slice, or an interface whose value is such a struct) would get a keeper
+// per call, and two Holds could share a grant: Hold refuses it.
+func keepable(s Store) bool {
+	if _, ok := s.(keptStore); ok {
+		return true
+	}
+	return reflect.ValueOf(s).Comparable()
+}
+
+// keeperFor returns s's keeper (s is keepable); the caller calls unuse
+// when it has registered what it keeps (a Held or a waiter keeps the
+// keeper alive).
 func keeperFor(s Store) *keeper {
 	if ks, ok := s.(keptStore); ok {
 		return ks.keeperSlot().keeper(s)
-	}
-	if !reflect.TypeOf(s).Comparable() {
-		return newKeeper(s)
 	}
 	foreignKeepers.Lock()
 	defer foreignKeepers.Unlock()
@@ -254,8 +262,8 @@ func (k *keeper) unuse() {
 	defer foreignKeepers.Unlock()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if foreignKeepers.m[k.s] != k {
-		return // a store of ours, or one that cannot be a map key
+	if _, ours := k.s.(keptStore); ours || foreignKeepers.m[k.s] != k {
+		return // a store of ours: its slot keeps its keeper
 	}
 	if k.users--; k.users == 0 && k.idleLocked() && len(k.helds) == 0 && len(k.settling) == 0 {
 		delete(foreignKeepers.m, k.s)

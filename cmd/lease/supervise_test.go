@@ -148,9 +148,12 @@ func TestGuardKeepsDeadline(t *testing.T) {
 	if !hasMonoClock {
 		t.Skip("no monotonic clock shared between processes on this system")
 	}
-	const grace, margin = 100 * time.Millisecond, 300 * time.Millisecond
+	// A --grace long enough for the guard, on a loaded machine, to SIGKILL
+	// COMMAND and exit before lease run's bound on it (the deadline plus
+	// --grace) kills the guard.
+	const grace, margin = 400 * time.Millisecond, time.Second
 	h := newFakeHeld()
-	h.expires = time.Now().Add(3 * time.Second)
+	h.expires = time.Now().Add(4 * time.Second)
 	first, status := superviseChild(t, h, "stubborn", grace, margin)
 	if first != "ready" {
 		t.Fatalf("COMMAND said %q; want ready", first)

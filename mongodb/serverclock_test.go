@@ -197,3 +197,46 @@ func serialisedAddr(t *testing.T) string {
 	}
 	return s.Addr
 }
+
+// TestServerClockSampleShared_R8 checks the driver's sampling of the
+// server's clock: concurrent calls without a sample share one hello, calls
+// within clockSampleAge send none, and the first call after it sends one.
+func TestServerClockSampleShared_R8(t *testing.T) {
+	d, err := newMongoDriver(ctxBG, mongoserver.Collection(t, mongoserver.SharedClient(t)), driverOpts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	const calls = 16
+	samples := make(chan clockSample, calls)
+	for range calls {
+		go func() {
+			s, err := d.clock.sampleFor(ctxBG)
+			if err != nil {
+				t.Error(err)
+			}
+			samples <- s
+		}()
+	}
+	first := <-samples
+	for range calls - 1 {
+		if s := <-samples; s != first {
+			t.Fatalf("R8: concurrent calls without a sample got different hellos' samples (localTime %v and %v); want one shared", first.local, s.local)
+		}
+	}
+	if s, err := d.clock.sampleFor(ctxBG); err != nil || s != first {
+		t.Fatalf("R8: a call within %v of the sample got localTime %v, %v; want the sample's %v, no hello", clockSampleAge, s.local, err, first.local)
+	}
+	if lower, now := first.lowerBound(), serverNow(t); lower.After(now.Add(time.Millisecond)) {
+		t.Fatalf("R8: the sample's lower bound %v is after the server's clock %v", lower, now)
+	}
+
+	d.clock.mu.Lock()
+	d.clock.sample.answered = d.clock.sample.answered.Add(-clockSampleAge)
+	aged := d.clock.sample
+	d.clock.mu.Unlock()
+	s, err := d.clock.sampleFor(ctxBG)
+	if err != nil || s == aged || !s.answered.After(first.answered) {
+		t.Fatalf("R8: a call after the sample aged %v got localTime %v, %v; want a new hello's sample", clockSampleAge, s.local, err)
+	}
+}

@@ -29,6 +29,11 @@ import (
 // measurable.
 const clockSampleAge = time.Second
 
+// clockSampleMaxAge is how old a sample may get, while hellos fail, before
+// a call fails rather than extrapolate it further: a minute drifts by
+// milliseconds at the rates clocks keep.
+const clockSampleMaxAge = time.Minute
+
 // clockSample is one hello's reading of the server's clock: localTime, and
 // the host's times (with their monotonic readings) at which the hello was
 // sent and answered; the server read localTime between them.
@@ -47,19 +52,20 @@ type serverClock struct {
 	mu       sync.Mutex
 	sample   clockSample   // zero: none yet
 	inFlight chan struct{} // closed when the running hello ends; nil: none
-	lastErr  error         // the last hello's failure, for a call with no sample
 }
 
 // sampleFor returns a sample no older than clockSampleAge, refreshing it
 // with one hello if needed, or a sample being refreshed by another call.
-// It fails only when there is no sample at all and the hello fails.
+// It fails only when there is no sample younger than clockSampleMaxAge
+// and its own hello fails: a
+// call waiting on another's hello that failed (perhaps for that call's
+// ctx) tries one of its own.
 func (c *serverClock) sampleFor(ctx context.Context) (clockSample, error) {
 	for {
 		c.mu.Lock()
 		s, wait := c.sample, c.inFlight
-		fresh := !s.answered.IsZero() && time.Since(s.answered) < clockSampleAge
 		switch {
-		case fresh || (wait != nil && !s.answered.IsZero()):
+		case s.youngerThan(clockSampleAge) || (wait != nil && s.youngerThan(clockSampleMaxAge)):
 			c.mu.Unlock()
 			return s, nil
 		case wait == nil:
@@ -69,36 +75,34 @@ func (c *serverClock) sampleFor(ctx context.Context) (clockSample, error) {
 			return c.refresh(ctx, done)
 		}
 		c.mu.Unlock()
-		select {
+		select { // then take its sample, or send a hello of our own if it failed
 		case <-wait:
 		case <-ctx.Done():
 			return clockSample{}, ctx.Err()
-		}
-		c.mu.Lock()
-		s, err := c.sample, c.lastErr
-		c.mu.Unlock()
-		if s.answered.IsZero() && err != nil {
-			return clockSample{}, err
 		}
 	}
 }
 
 // refresh sends one hello and keeps its sample; done ends the flight.
-// A failed hello leaves an older sample in use.
+// A failed hello leaves an older sample in use, up to clockSampleMaxAge.
 func (c *serverClock) refresh(ctx context.Context, done chan struct{}) (clockSample, error) {
 	s, err := c.hello(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer close(done)
 	c.inFlight = nil
-	c.lastErr = err
 	if err == nil {
 		c.sample = s
 	}
-	if c.sample.answered.IsZero() {
+	if !c.sample.youngerThan(clockSampleMaxAge) {
 		return clockSample{}, err
 	}
 	return c.sample, nil
+}
+
+// youngerThan reports whether s is a sample answered less than age ago.
+func (s clockSample) youngerThan(age time.Duration) bool {
+	return !s.answered.IsZero() && time.Since(s.answered) < age
 }
 
 // hello asks the primary for its localTime.

@@ -240,3 +240,34 @@ func TestServerClockSampleShared_R8(t *testing.T) {
 		t.Fatalf("R8: a call after the sample aged %v got localTime %v, %v; want a new hello's sample", clockSampleAge, s.local, err)
 	}
 }
+
+// TestServerClockSampleFailedHello_R8 checks what a call does when its
+// hello fails (here: its ctx is done): it goes on with a sample younger
+// than clockSampleMaxAge, and fails rather than extrapolate an older one.
+func TestServerClockSampleFailedHello_R8(t *testing.T) {
+	d, err := newMongoDriver(ctxBG, mongoserver.Collection(t, mongoserver.SharedClient(t)), driverOpts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	first, err := d.clock.sampleFor(ctxBG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing, cancel := context.WithCancel(ctxBG)
+	cancel()
+	age := func(by time.Duration) {
+		d.clock.mu.Lock()
+		d.clock.sample.answered = first.answered.Add(-by)
+		d.clock.mu.Unlock()
+	}
+	age(2 * clockSampleAge)
+	if s, err := d.clock.sampleFor(failing); err != nil || s.local != first.local {
+		t.Fatalf("R8: a call whose hello failed, with a sample %v old: localTime %v, %v; want the sample's %v",
+			2*clockSampleAge, s.local, err, first.local)
+	}
+	age(clockSampleMaxAge)
+	if s, err := d.clock.sampleFor(failing); err == nil {
+		t.Fatalf("R8: a call whose hello failed, with a sample %v old, went on with localTime %v; want an error", clockSampleMaxAge, s.local)
+	}
+}

@@ -55,10 +55,18 @@ var (
 //
 // An error for the whole chunk (a lost connection, a write concern error)
 // leaves each of its writes' outcome unknown; later chunks are not sent.
-func (d *mongoDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease.PutResult, error) {
+func (d *mongoDriver) PutMany(ctx context.Context, ws []lease.Write) (results []lease.PutResult, err error) {
 	if err := d.usable(ctx); err != nil {
 		return nil, err
 	}
+	err = d.withServerClock(ctx, func() error {
+		results = d.putMany(ctx, ws)
+		return nil
+	})
+	return results, err
+}
+
+func (d *mongoDriver) putMany(ctx context.Context, ws []lease.Write) []lease.PutResult {
 	results := make([]lease.PutResult, len(ws))
 	for start := 0; start < len(ws); start += d.chunk {
 		end := min(start+d.chunk, len(ws))
@@ -70,7 +78,7 @@ func (d *mongoDriver) PutMany(ctx context.Context, ws []lease.Write) ([]lease.Pu
 			break
 		}
 	}
-	return results, nil
+	return results
 }
 
 // putChunk sends ws as one unordered bulkWrite and fills results. A
@@ -185,10 +193,18 @@ func judgeUpdate(w lease.Write, raw bson.Raw) lease.PutResult {
 // GetMany reads keys as Get would, with one find per mongoBatchChunk keys
 // ({_id: {$in: keys}}). A key without a document is ErrNotFound in its
 // result; a document that does not parse is ErrCorrupt in its result.
-func (d *mongoDriver) GetMany(ctx context.Context, keys []string) ([]lease.GetResult, error) {
+func (d *mongoDriver) GetMany(ctx context.Context, keys []string) (results []lease.GetResult, err error) {
 	if err := d.usable(ctx); err != nil {
 		return nil, err
 	}
+	err = d.withServerClock(ctx, func() (err error) {
+		results, err = d.getMany(ctx, keys)
+		return err
+	})
+	return results, err
+}
+
+func (d *mongoDriver) getMany(ctx context.Context, keys []string) ([]lease.GetResult, error) {
 	docs := make(map[string]bson.Raw, len(keys))
 	for start := 0; start < len(keys); start += mongoBatchChunk {
 		chunk, err := d.findRaw(ctx, keys[start:min(start+mongoBatchChunk, len(keys))])
@@ -241,13 +257,21 @@ func (d *mongoDriver) findRaw(ctx context.Context, keys []string) (map[string]bs
 // which this collection does not have), so this is byte order. A document
 // that does not parse fails the call with an error matching ErrCorrupt
 // that names its key (R10).
-func (d *mongoDriver) List(ctx context.Context, prefix, after string, limit int) ([]lease.Record, error) {
+func (d *mongoDriver) List(ctx context.Context, prefix, after string, limit int) (recs []lease.Record, err error) {
 	if err := d.usable(ctx); err != nil {
 		return nil, err
 	}
 	if limit <= 0 {
 		return nil, nil
 	}
+	err = d.withServerClock(ctx, func() (err error) {
+		recs, err = d.list(ctx, prefix, after, limit)
+		return err
+	})
+	return recs, err
+}
+
+func (d *mongoDriver) list(ctx context.Context, prefix, after string, limit int) ([]lease.Record, error) {
 	rng := bson.D{{Key: "$gte", Value: prefix}}
 	if after >= prefix {
 		rng = bson.D{{Key: "$gt", Value: after}}

@@ -75,8 +75,9 @@ func AllowUnsafeServer() Option { return func(c *config) { c.allowUnsafe = true 
 // sees a write that a failover could still roll back.
 type mongoDriver struct {
 	coll       *mongo.Collection
-	chunk      int  // writes per bulkWrite
-	ownsClient bool // made by Open: Close disconnects the client
+	clock      *serverClock // the sample of the server's clock (R8)
+	chunk      int          // writes per bulkWrite
+	ownsClient bool         // made by Open: Close disconnects the client
 	closed     atomic.Bool
 }
 
@@ -114,7 +115,7 @@ func newMongoDriver(ctx context.Context, coll *mongo.Collection, opts []Option) 
 		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}).
 		SetReadPreference(readpref.Primary()).
 		SetReadConcern(readconcern.Majority()))
-	d := &mongoDriver{coll: coll, chunk: mongoBatchChunk}
+	d := &mongoDriver{coll: coll, clock: &serverClock{db: coll.Database()}, chunk: mongoBatchChunk}
 	if ferret {
 		d.chunk = ferretBatchChunk
 	}
@@ -147,16 +148,25 @@ var errFerretDB = errors.New("lease: the server is FerretDB, which does not appl
 func (d *mongoDriver) Name() string { return "mongodb" }
 
 // Capabilities: the server's conditional updates exclude every client;
-// BSON dates keep milliseconds.
+// BSON dates keep milliseconds; every call reports the server's clock,
+// from hello's localTime (withServerClock).
 func (*mongoDriver) Capabilities() lease.Capabilities {
-	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Millisecond}
+	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Millisecond, ServerClock: true}
 }
 
 // Get reads key's document from the primary.
-func (d *mongoDriver) Get(ctx context.Context, key string) (lease.Record, uint64, error) {
+func (d *mongoDriver) Get(ctx context.Context, key string) (rec lease.Record, version uint64, err error) {
 	if err := d.usable(ctx); err != nil {
 		return lease.Record{}, 0, err
 	}
+	err = d.withServerClock(ctx, func() (err error) {
+		rec, version, err = d.get(ctx, key)
+		return err
+	})
+	return rec, version, err
+}
+
+func (d *mongoDriver) get(ctx context.Context, key string) (lease.Record, uint64, error) {
 	raw, err := d.coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return lease.Record{}, 0, lease.ErrNotFound
@@ -176,14 +186,19 @@ func (d *mongoDriver) Get(ctx context.Context, key string) (lease.Record, uint64
 // the retry with the first attempt's result, so a conflict here is never
 // this write's own earlier attempt; on a standalone server it does not
 // retry.
-func (d *mongoDriver) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
+func (d *mongoDriver) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (version uint64, err error) {
 	if err := d.usable(ctx); err != nil {
 		return 0, err
 	}
-	if pre.Absent {
-		return d.insert(ctx, rec)
-	}
-	return d.update(ctx, rec, pre.Version)
+	err = d.withServerClock(ctx, func() (err error) {
+		if pre.Absent {
+			version, err = d.insert(ctx, rec)
+		} else {
+			version, err = d.update(ctx, rec, pre.Version)
+		}
+		return err
+	})
+	return version, err
 }
 
 func (d *mongoDriver) insert(ctx context.Context, rec lease.Record) (uint64, error) {

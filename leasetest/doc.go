@@ -19,7 +19,10 @@
 //
 // A driver states what it can do by implementing lease.DriverInfo
 // (coordinates separate processes; how finely it keeps ExpiresAt); the suite
-// checks the expiry it states. TestStore checks a whole Store (open gives
+// checks the expiry it states, and a driver stating ServerClock is judged
+// by its server's clock (R8); TestServerClockSkew checks such a driver with
+// hosts ten minutes off the server, given a way to cut a holder off it.
+// TestStore checks a whole Store (open gives
 // every store of one test the same backend: see Shared). The fault wrappers
 // (NewFaultDriver, Slow, GarbageGets) and the history Recorder with
 // CheckHistory serve a driver's own tests too.

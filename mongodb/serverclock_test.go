@@ -2,14 +2,13 @@ package mongodb
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/leasekit/lease"
-	"github.com/leasekit/lease/internal/hostclock"
 	"github.com/leasekit/lease/internal/mongoproxy"
 	"github.com/leasekit/lease/internal/mongoserver"
+	"github.com/leasekit/lease/leasetest"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -20,26 +19,7 @@ import (
 // check that only the server's clock, read from hello's localTime, judges
 // expiry (R8).
 
-// skewTTL is the TTL of the stores of these tests: short, so that
-// renewals and expiries come within seconds, and long enough that a
-// loaded machine renews in time.
-const skewTTL = 3 * time.Second
-
 var ctxBG = context.Background()
-
-// skewedStore makes a store on d, owned by owner, whose host's wall clock
-// reads offset from the real one.
-func skewedStore(t *testing.T, d lease.Driver, owner string, offset time.Duration, opts ...lease.Option) *lease.DocumentStore {
-	t.Helper()
-	opts = append([]lease.Option{lease.WithOwner(owner), lease.WithTTL(skewTTL),
-		hostclock.Option(hostclock.Skewed(offset)).(lease.Option)}, opts...)
-	s, err := lease.NewDocumentStore(d, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // serverNow reads the server's clock: hello's localTime, which is
 // truncated to the millisecond.
@@ -55,141 +35,25 @@ func serverNow(t *testing.T) time.Time {
 	return reply.LocalTime
 }
 
-// checkStampedByServer checks that g, acquired between the server's
-// readings before and after, expires TTL after a time between them (give
-// or take the readings' millisecond): it was stamped by the server's
-// clock, not its host's.
-func checkStampedByServer(t *testing.T, g lease.Grant, before, after time.Time) {
-	t.Helper()
-	// The store stamps by a lower bound of the server's clock: its last
-	// hello's localTime (whole milliseconds) plus the time since that hello
-	// was answered, less than the server's clock by up to the hello's
-	// round trip, which a loaded machine stretches. A host clock ten
-	// minutes off is far outside either side.
-	const slack = 250 * time.Millisecond
-	earliest, latest := before.Add(skewTTL-slack), after.Add(skewTTL+time.Millisecond)
-	if g.ExpiresAt.Before(earliest) || g.ExpiresAt.After(latest) {
-		t.Fatalf("R8: grant of %s expires at %v; want TTL after the server's clock during the acquire, between %v and %v",
-			g.Key, g.ExpiresAt, earliest, latest)
-	}
-}
-
-// renewals counts a store's renewals on a channel.
-type renewals chan struct{}
-
-func (r renewals) Observe(e lease.Event) {
-	if e.Kind == lease.EventRenewed {
-		select {
-		case r <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func TestServerClockHostAheadNeverTakesEarly_R8(t *testing.T) {
-	d := newTestMongoDriver(t, nil)
-	renewed := make(renewals, 16)
-	holder := skewedStore(t, d, "holder", 0, lease.WithObserver(renewed))
-	taker := skewedStore(t, d, "taker-ahead", 10*time.Minute)
-
-	h, err := lease.Hold(ctxBG, holder, "skew/k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Release(ctxBG)
-	if g, err := taker.Acquire(ctxBG, "skew/k"); !errors.Is(err, lease.ErrHeld) {
-		t.Fatalf("R8: a store whose host clock is 10 minutes ahead acquired a key the server's clock says is held: %+v, %v", g, err)
-	}
-
-	before := serverNow(t)
-	g, err := taker.Acquire(ctxBG, "skew/fresh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkStampedByServer(t, g, before, serverNow(t))
-
-	// The taker waits for the key while the holder renews it three times:
-	// it never gets it, and the holder's Held never ends.
-	waitCtx, stop := context.WithCancel(ctxBG)
-	waited := make(chan error, 1)
-	go func() {
-		th, err := lease.Hold(waitCtx, taker, "skew/k")
-		if err == nil {
-			th.Release(ctxBG)
-			err = errors.New("got the key")
-		}
-		waited <- err
-	}()
-	for range 3 {
-		select {
-		case <-renewed:
-		case <-h.Context().Done():
-			t.Fatalf("R8: the holder's Held ended while a store 10 minutes ahead waited: %v", context.Cause(h.Context()))
-		}
-	}
-	stop()
-	if err := <-waited; !errors.Is(err, context.Canceled) {
-		t.Fatalf("R8: a store 10 minutes ahead, waiting for a key renewed by its holder: %v; want it still waiting", err)
-	}
-	if err := h.Context().Err(); err != nil {
-		t.Fatalf("R8: the holder's Held ended: %v", context.Cause(h.Context()))
-	}
-}
-
-func TestServerClockHostBehind_R8(t *testing.T) {
-	coll := mongoserver.Collection(t, mongoserver.SharedClient(t))
-	d := newTestMongoDriverOn(t, coll)
-	proxy := mongoproxy.New(t, serialisedAddr(t))
-	holderClient := mongoserver.Client(t, proxy)
-	holderDriver := newTestMongoDriverOn(t, holderClient.Database(coll.Database().Name()).Collection(coll.Name()))
-	holder := skewedStore(t, holderDriver, "holder-behind", -10*time.Minute)
-	taker := skewedStore(t, d, "taker-behind", -10*time.Minute)
-
-	before := serverNow(t)
-	h, err := lease.Hold(ctxBG, holder, "skew/k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkStampedByServer(t, h.Grant(), before, serverNow(t))
-
-	// The holder's renewals stop (its proxy closes and accepts no more):
-	// its Held must end before the server's clock passes the record's
-	// expiry.
-	proxy.Close()
-	select {
-	case <-h.Context().Done():
-	case <-time.After(time.Minute):
-		t.Fatal("the holder's Held did not end after its renewals stopped")
-	}
-	// The server's clock at the Held's deadline (monotonic, R8) is at most
-	// its reading now less the time since the deadline: the reading came
-	// after.
-	deadline, sent := h.Deadline(), time.Now()
-	atDeadline := serverNow(t).Add(-sent.Sub(deadline))
-	rec, _, err := d.Get(ctxBG, "skew/k") // final: the closed proxy lets no more of the holder's writes through
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !atDeadline.Before(rec.ExpiresAt) {
-		t.Fatalf("R8: a holder 10 minutes behind had its Held end at server time %v or earlier, not before its record's expiry %v", atDeadline, rec.ExpiresAt)
-	}
-
-	// A taker 10 minutes behind takes the key once the server's clock
-	// says it expired, not 10 minutes later.
-	ctx, cancel := context.WithTimeout(ctxBG, 30*time.Second)
-	defer cancel()
-	th, err := lease.Hold(ctx, taker, "skew/k")
-	if err != nil {
-		t.Fatalf("R8: a store 10 minutes behind did not take a key whose record expired at server time %v: %v", rec.ExpiresAt, err)
-	}
-	defer th.Release(ctxBG)
-	g := th.Grant()
-	if g.Epoch != rec.Epoch+1 || !g.PreviousUnclean {
-		t.Fatalf("takeover: %+v; want epoch %d, PreviousUnclean", g, rec.Epoch+1)
-	}
-	if taken := g.ExpiresAt.Add(-skewTTL); taken.Before(rec.ExpiresAt) {
-		t.Fatalf("R8: the taker stamped its grant at %v, before the record it took expired (%v)", taken, rec.ExpiresAt)
-	}
+// TestServerClockSkew_R8 runs leasetest's clock-skew suite on MongoDB:
+// stores whose hosts' clocks are ten minutes off judge by the server's
+// clock alone, read from hello's localTime; the holder reaches the server
+// through a proxy of its own, which the cut closes. A stamp may lag the
+// server's clock by the last hello's round trip (the driver reports a
+// lower bound), which a loaded machine stretches.
+func TestServerClockSkew_R8(t *testing.T) {
+	leasetest.TestServerClockSkew(t, leasetest.SkewRig{
+		Pair: func(t *testing.T) (lease.Driver, lease.Driver, func()) {
+			coll := mongoserver.Collection(t, mongoserver.SharedClient(t))
+			d := newTestMongoDriverOn(t, coll)
+			proxy := mongoproxy.New(t, serialisedAddr(t))
+			holderClient := mongoserver.Client(t, proxy)
+			holder := newTestMongoDriverOn(t, holderClient.Database(coll.Database().Name()).Collection(coll.Name()))
+			return holder, d, func() { proxy.Close() }
+		},
+		ServerNow: serverNow,
+		StampLag:  250 * time.Millisecond,
+	})
 }
 
 // serialisedAddr is the address a test's own proxy forwards to: the

@@ -36,6 +36,26 @@ func (c *pgTripCounter) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pg
 
 func (c *pgTripCounter) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
 
+// countedDriver opens a pool on the shared server that counts the
+// statements it sends, and a driver over it on a fresh table, for a
+// benchmark that runs a store beside the raw statements of its floor.
+func countedDriver(b *testing.B) (db *sql.DB, d lease.Driver, table string, trips *pgTripCounter) {
+	cfg, err := pgx.ParseConfig(pgserver.SharedURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	trips = &pgTripCounter{}
+	cfg.Tracer = trips
+	db = stdlib.OpenDB(*cfg)
+	b.Cleanup(func() { db.Close() })
+	table = pgserver.FreshTable(b)
+	if d, err = NewDriver(ctxBG, db, Table(table)); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	return db, d, table, trips
+}
+
 // BenchmarkPostgres runs each store operation beside its floor: the same
 // statements (the driver's own SQL, with the same arguments) issued raw
 // through the same pool, on the same table. Each iteration runs the
@@ -43,19 +63,7 @@ func (c *pgTripCounter) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePre
 // both alike; ns/op is the store's, floor-ns/op the floor's, ratio their
 // quotient, and round trips are the statements each sent.
 func BenchmarkPostgres(b *testing.B) {
-	cfg, err := pgx.ParseConfig(pgserver.SharedURL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	trips := &pgTripCounter{}
-	cfg.Tracer = trips
-	db := stdlib.OpenDB(*cfg)
-	b.Cleanup(func() { db.Close() })
-	d, err := NewDriver(ctxBG, db, Table(pgserver.FreshTable(b)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { d.Close() })
+	db, d, _, trips := countedDriver(b)
 	pd := d.(*postgresDriver)
 	var seq atomic.Int64
 	setup := func(b *testing.B) (*lease.DocumentStore, *pgFloor) {

@@ -8,10 +8,8 @@ import (
 	"time"
 
 	"github.com/leasekit/lease"
-	"github.com/leasekit/lease/internal/pgserver"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // BenchmarkPostgresFence runs Fence beside its floor, a plain primary-key
@@ -20,22 +18,9 @@ import (
 // ROLLBACK are not), so that the ratio is the statement's. Round trips
 // are the statements each sent.
 func BenchmarkPostgresFence(b *testing.B) {
-	cfg, err := pgx.ParseConfig(pgserver.SharedURL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	trips := &pgTripCounter{}
-	cfg.Tracer = trips
-	db := stdlib.OpenDB(*cfg)
-	b.Cleanup(func() { db.Close() })
+	db, d, table, trips := countedDriver(b)
 	db.SetMaxOpenConns(2)
 	db.SetMaxIdleConns(2)
-	table := pgserver.FreshTable(b)
-	d, err := NewDriver(ctxBG, db, Table(table))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { d.Close() })
 	s, err := lease.NewDocumentStore(d, lease.WithOwner("bench"), lease.WithTTL(time.Hour))
 	if err != nil {
 		b.Fatal(err)

@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/leasekit/lease"
-	"github.com/leasekit/lease/internal/pgserver"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // BenchmarkPostgresServerClock measures what judging expiry by the
@@ -25,20 +23,7 @@ import (
 // server clock, the store's ratio to those statements was what
 // BenchmarkPostgres showed for the same operations.
 func BenchmarkPostgresServerClock(b *testing.B) {
-	cfg, err := pgx.ParseConfig(pgserver.SharedURL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	trips := &pgTripCounter{}
-	cfg.Tracer = trips
-	db := stdlib.OpenDB(*cfg)
-	b.Cleanup(func() { db.Close() })
-	table := pgserver.FreshTable(b)
-	d, err := NewDriver(ctxBG, db, Table(table))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { d.Close() })
+	db, d, table, trips := countedDriver(b)
 	if !lease.DriverCapabilities(d).ServerClock {
 		b.Fatal("the driver does not state ServerClock")
 	}

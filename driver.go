@@ -63,6 +63,13 @@ type Capabilities struct {
 	// estimate of the server's clock, never by its host's: skew between
 	// hosts no longer matters, only the server's clock does.
 	ServerClock bool
+	// Sessions: the driver keeps session records (it is a SessionDriver)
+	// and each key record's Session exactly, with the compare-and-swap,
+	// versions, durability and unknown-outcome handling of key records
+	// (R24). A DocumentStore over it keeps every Held it makes through one
+	// session record, renewed once per period whatever the number of keys
+	// (R18–R23); over any other driver it renews each key.
+	Sessions bool
 }
 
 // DriverInfo is a Driver that states its capabilities. A driver written
@@ -105,14 +112,15 @@ func DriverHasCrossProcessCAS(driver string) bool {
 // one leases from the others, and everything is gone when the process exits.
 // Use it in tests and examples.
 func NewMemoryDriver() Driver {
-	return &memoryDriver{docs: make(map[string]memoryDoc)}
+	return &memoryDriver{docs: make(map[string]memoryDoc), sessions: make(map[string]memorySession)}
 }
 
 var (
-	_ DriverInfo  = (*memoryDriver)(nil)
-	_ BatchDriver = (*memoryDriver)(nil)
-	_ BatchReader = (*memoryDriver)(nil)
-	_ ListDriver  = (*memoryDriver)(nil)
+	_ DriverInfo    = (*memoryDriver)(nil)
+	_ BatchDriver   = (*memoryDriver)(nil)
+	_ BatchReader   = (*memoryDriver)(nil)
+	_ ListDriver    = (*memoryDriver)(nil)
+	_ SessionDriver = (*memoryDriver)(nil)
 )
 
 type memoryDoc struct {
@@ -121,15 +129,21 @@ type memoryDoc struct {
 }
 
 type memoryDriver struct {
-	mu     sync.Mutex // guards docs and closed
-	docs   map[string]memoryDoc
-	closed bool
+	mu       sync.Mutex // guards the fields below
+	docs     map[string]memoryDoc
+	sessions map[string]memorySession
+	closed   bool
+}
+
+type memorySession struct {
+	rec     SessionRecord
+	version uint64
 }
 
 func (d *memoryDriver) Name() string { return "memory" }
 
-// Capabilities: one process; a time.Time kept exactly.
-func (*memoryDriver) Capabilities() Capabilities { return Capabilities{} }
+// Capabilities: one process; a time.Time kept exactly; sessions.
+func (*memoryDriver) Capabilities() Capabilities { return Capabilities{Sessions: true} }
 
 func (d *memoryDriver) Get(ctx context.Context, key string) (Record, uint64, error) {
 	if err := ctx.Err(); err != nil {
@@ -223,6 +237,62 @@ func (d *memoryDriver) List(ctx context.Context, prefix, after string, limit int
 	}
 	slices.SortFunc(recs, func(a, b Record) int { return strings.Compare(a.Key, b.Key) })
 	return recs[:min(len(recs), max(limit, 0))], nil
+}
+
+func (d *memoryDriver) GetSession(ctx context.Context, id string) (SessionRecord, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return SessionRecord{}, 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return SessionRecord{}, 0, ErrClosed
+	}
+	sess, ok := d.sessions[id]
+	if !ok {
+		return SessionRecord{}, 0, ErrNotFound
+	}
+	return sess.rec, sess.version, nil
+}
+
+func (d *memoryDriver) PutSession(ctx context.Context, rec SessionRecord, pre Precondition) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, ErrClosed
+	}
+	sess, exists := d.sessions[rec.ID]
+	if pre.Absent == exists || (exists && sess.version != pre.Version) {
+		return 0, ErrConflict
+	}
+	d.sessions[rec.ID] = memorySession{rec: rec, version: sess.version + 1}
+	return sess.version + 1, nil
+}
+
+func (d *memoryDriver) RemoveSessions(ctx context.Context, before time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, ErrClosed
+	}
+	named := make(map[string]bool)
+	for _, doc := range d.docs {
+		named[doc.rec.Session] = true
+	}
+	removed := 0
+	for id, sess := range d.sessions {
+		if removed < limit && sess.rec.ExpiresAt.Before(before) && !named[id] {
+			delete(d.sessions, id)
+			removed++
+		}
+	}
+	return removed, nil
 }
 
 func (d *memoryDriver) Close() error {

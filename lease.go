@@ -101,6 +101,13 @@ type Record struct {
 	Epoch     uint64
 	ExpiresAt time.Time
 	Released  bool
+	// Session is the id of the session the key is attached to (R20): the
+	// key is live while it is not released and its session is. "" for a
+	// key kept per key (R4–R7). A store writes a session-attached key's
+	// own ExpiresAt far in the future (SessionKeyExpiry), so that a reader
+	// that ignores sessions sees the key held, never free; Holder and
+	// Holders return the session's expiry in its place.
+	Session string
 }
 
 // Store hands out leases on keys. Implementations are safe for concurrent use.

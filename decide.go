@@ -9,7 +9,8 @@ import (
 type acquireInput struct {
 	Stored  *Record // the stored record; nil when none was ever written
 	Mine    bool    // this instance holds Stored's owner and epoch in its table (R4c/d)
-	Expired bool    // Stored's holder is past its time: expired(Stored.ExpiresAt, now) for documents, "flock free" for the local store
+	Expired bool    // Stored's holder is past its time: expired(Stored.ExpiresAt, now) for documents (judgeSession for a session-attached key), "flock free" for the local store
+	Clean   bool    // Stored's session was ended clean (R22): the key is free as if released
 	Owner   string  // this store's owner
 	Expires time.Time
 }
@@ -30,7 +31,7 @@ func decide(in acquireInput) acquireOutcome {
 	}
 	unclean := false
 	switch {
-	case rec.Released: // R4b
+	case rec.Released, in.Clean: // R4b; R21: a key of a session ended clean
 	case in.Mine && !in.Expired: // R4c
 		return acquireOutcome{Reuse: true}
 	case in.Mine: // R4d: our own lease ran out; nobody else was harmed
@@ -47,6 +48,29 @@ func decide(in acquireInput) acquireOutcome {
 		next = rec.Epoch
 	}
 	return acquireOutcome{Next: Grant{Owner: in.Owner, Epoch: next, ExpiresAt: in.Expires, PreviousUnclean: unclean}}
+}
+
+// sessionVerdict is what a session says of a key attached to it at now
+// (R20–R22).
+type sessionVerdict struct {
+	Expired bool // the key's holder is gone: its session expired or ended
+	Clean   bool // its session was ended clean: the key is free as if released (R22)
+	Kill    bool // its session is live past its expiry: a taker ends it first (R21)
+}
+
+// judgeSession applies R20–R22 to a key attached to a session in state
+// st that expires at exp. It does no I/O.
+func judgeSession(st SessionState, exp, now time.Time) sessionVerdict {
+	switch st {
+	case SessionEndedClean:
+		return sessionVerdict{Expired: true, Clean: true}
+	case SessionEndedUnclean:
+		return sessionVerdict{Expired: true}
+	}
+	if expired(exp, now) {
+		return sessionVerdict{Expired: true, Kill: true}
+	}
+	return sessionVerdict{}
 }
 
 // expired reports whether a lease that ends at exp is over at now (R4, R6):

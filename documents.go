@@ -26,6 +26,14 @@ type DocumentStore struct {
 	holds keeperSlot    // Hold's loop for this store
 	done  chan struct{} // closed by Close (R15)
 
+	sd      SessionDriver      // d, when it states Sessions; nil: every key is kept per key
+	sessMu  sync.Mutex         // guards sess and lastID; serialises starting a session
+	sess    *storeSession      // the session new Helds' keys are attached to; nil or ended: none yet
+	lastID  string             // the id of the last session started
+	bg      sync.WaitGroup     // sweeps in flight (sweepSessions)
+	closing context.Context    // ends at Close: the sweeps' context
+	stopBG  context.CancelFunc // ends closing
+
 	scratchMu sync.Mutex
 	scratch   []*batchScratch // kept for the next batched renewals
 
@@ -49,7 +57,18 @@ type heldGrant struct {
 	grant   Grant
 	version uint64
 	gone    bool
-	lock    *keyLock // the key's lock, pinned while the entry is in the table; set once
+	lock    *keyLock      // the key's lock, pinned while the entry is in the table; set once
+	sess    *storeSession // the session the key is attached to (R20); nil: kept per key
+}
+
+// current is the grant with its session's expiry, for a key attached to
+// one: the record's own ExpiresAt is SessionKeyExpiry.
+func (h heldGrant) current() Grant {
+	g := h.grant
+	if h.sess != nil {
+		g.ExpiresAt = h.sess.expiresAt()
+	}
+	return g
 }
 
 // forgetLocked drops key's entry from the table. s.mu must be held.
@@ -68,10 +87,11 @@ func (s *DocumentStore) forgetLocked(key string) {
 // a retried Acquire finds its own earlier write instead of taking it for
 // another holder's.
 type pendingWrite struct {
-	id    uint64       // tells two pending writes of one key apart
-	want  Record       // what the write would have stored
-	grant Grant        // the grant it would have granted (or released)
-	pre   Precondition // the state it was written against
+	id    uint64        // tells two pending writes of one key apart
+	want  Record        // what the write would have stored
+	grant Grant         // the grant it would have granted (or released)
+	pre   Precondition  // the state it was written against
+	sess  *storeSession // the session it attaches the key to; nil: none
 }
 
 // maxAcquireAttempts bounds how often Acquire re-reads after losing a
@@ -97,7 +117,15 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	if caps.ServerClock && !cfg.clockGiven {
 		clock = newServerClock()
 	}
+	var sd SessionDriver
+	if caps.Sessions {
+		sd, _ = d.(SessionDriver) // a driver that states Sessions without the methods is kept per key
+	}
+	closing, stopBG := context.WithCancel(context.Background())
 	return &DocumentStore{
+		sd:      sd,
+		closing: closing,
+		stopBG:  stopBG,
 		d:       d,
 		caps:    caps,
 		clock:   clock,
@@ -130,52 +158,83 @@ func (s *DocumentStore) Acquire(ctx context.Context, key string) (Grant, error) 
 }
 
 func (s *DocumentStore) acquire(ctx context.Context, key string) (Grant, error) {
+	g, _, err := s.acquireIn(ctx, key, nil)
+	return g, err
+}
+
+// acquireIn is acquire, attaching a new grant to ss when ss is not nil
+// (R18). It returns the grant and the session it is attached to: ss, or
+// nil for a grant the store held already per key (R4c).
+func (s *DocumentStore) acquireIn(ctx context.Context, key string, ss *storeSession) (Grant, *storeSession, error) {
 	unlock, err := s.begin(ctx, key)
 	if err != nil {
-		return Grant{}, err
+		return Grant{}, nil, err
 	}
 	defer unlock()
 	raced, seen := false, uint64(0) // a compare-and-swap failed; the epoch it was decided against
 	for range maxAcquireAttempts {
 		rec, version, err := s.read(ctx, "acquire", key)
 		if err != nil {
-			return Grant{}, err
+			return Grant{}, nil, err
 		}
 		now := s.now()
 		mine, isMine := s.heldAt(key, rec)
+		view, err := s.viewKey(ctx, "acquire", key, rec, mineOrNil(mine, isMine), now, sessionsSeen{})
+		if err != nil {
+			return Grant{}, nil, err
+		}
 		if raced && !isMine && rec != nil && rec.Epoch > seen {
 			// R5: another store acquired between our read and our write.
 			// We lost the race, even if the winner has released since.
-			return Grant{}, heldBy(*rec)
+			return Grant{}, nil, heldBy(*view.rec)
 		}
 		if rec != nil {
 			seen = rec.Epoch
 		}
-		out := s.decideAcquire(rec, isMine, now)
+		out := s.decideAcquire(view, isMine, now)
 		switch {
 		case out.Err != nil:
-			return Grant{}, out.Err
+			return Grant{}, nil, out.Err
 		case out.Reuse:
-			return mine.grant, nil
+			return mine.current(), mine.sess, nil
+		}
+		if view.verdict.Kill {
+			switch renewed, err := s.killSession(ctx, view.sess); {
+			case err != nil:
+				return Grant{}, nil, err
+			case renewed:
+				continue // its holder renewed it: decide again on the fresh session
+			}
 		}
 		g := out.Next
 		g.Key = key
 		pre := Precondition{Absent: rec == nil, Version: version}
-		switch err := s.write(ctx, "acquire", g, false, pre); {
+		switch err := s.writeIn(ctx, "acquire", g, false, pre, ss); {
 		case err == nil:
 			if g.PreviousUnclean {
 				s.cfg.logger.Info("lease: took over from a holder that did not release",
 					"key", key, "previous_owner", rec.Owner, "epoch", g.Epoch)
 			}
-			return g, nil
+			if ss != nil {
+				g.ExpiresAt = ss.expiresAt()
+			}
+			return g, ss, nil
 		case errors.Is(err, errSuperseded), errors.Is(err, ErrConflict):
 			raced = true
 			continue // someone else wrote first: re-read and decide again
 		default:
-			return Grant{}, err
+			return Grant{}, nil, err
 		}
 	}
-	return Grant{}, &StorageError{Op: "acquire", Key: key, Err: ErrConflict}
+	return Grant{}, nil, &StorageError{Op: "acquire", Key: key, Err: ErrConflict}
+}
+
+// mineOrNil is the table's entry for a key when the store holds it.
+func mineOrNil(mine heldGrant, isMine bool) *heldGrant {
+	if !isMine {
+		return nil
+	}
+	return &mine
 }
 
 // Renew extends g to now + TTL, keeping its epoch (R6). It costs one
@@ -187,6 +246,9 @@ func (s *DocumentStore) Renew(ctx context.Context, g Grant) (Grant, error) {
 }
 
 func (s *DocumentStore) renew(ctx context.Context, g Grant) (Grant, error) {
+	if ss := s.sessionOfGrant(g); ss != nil {
+		return s.renewInSession(ctx, g, ss)
+	}
 	unlock, err := s.begin(ctx, g.Key)
 	if err != nil {
 		return Grant{}, err
@@ -270,10 +332,17 @@ func (s *DocumentStore) Holder(ctx context.Context, key string) (Record, error) 
 	if err != nil {
 		return Record{}, err
 	}
-	if rec == nil || !live(*rec, s.now()) {
+	if rec == nil {
 		return Record{}, ErrNotFound
 	}
-	return *rec, nil
+	view, isLive, err := s.liveView(ctx, "holder", *rec, s.now(), sessionsSeen{})
+	switch {
+	case err != nil:
+		return Record{}, err
+	case !isLive:
+		return Record{}, ErrNotFound
+	}
+	return view, nil
 }
 
 // holdersPage is how many records Holders asks a ListDriver for at once.
@@ -294,6 +363,7 @@ func (s *DocumentStore) Holders(ctx context.Context, prefix string) iter.Seq2[Re
 			yield(Record{}, fmt.Errorf("lease: holders: the %s driver cannot list keys (it is not a ListDriver)", s.d.Name()))
 			return
 		}
+		seen := sessionsSeen{}
 		for after := ""; ; {
 			recs, err := s.list(ctx, ld, prefix, after)
 			if err != nil {
@@ -308,7 +378,14 @@ func (s *DocumentStore) Holders(ctx context.Context, prefix string) iter.Seq2[Re
 					}
 					continue
 				}
-				if live(rec, now) && !yield(rec, nil) {
+				view, isLive, err := s.liveView(ctx, "holders", rec, now, seen)
+				if err != nil {
+					if !yield(Record{}, err) {
+						return
+					}
+					continue
+				}
+				if isLive && !yield(view, nil) {
 					return
 				}
 			}
@@ -343,6 +420,8 @@ func (s *DocumentStore) Close() error {
 	s.mu.Unlock()
 	if !already {
 		close(s.done)
+		s.stopBG()
+		s.bg.Wait()
 		s.obs.closed()
 	}
 	if already || !s.cfg.ownsDriver {
@@ -418,6 +497,8 @@ func checkRecord(rec Record, key string) error {
 		return corrupt("epoch 0")
 	case validateOwner(rec.Owner) != nil:
 		return corrupt("owner %q", rec.Owner)
+	case rec.Session != "":
+		return ValidateSessionID(rec.Session)
 	}
 	return nil
 }
@@ -435,11 +516,14 @@ func (s *DocumentStore) settle(key string, rec *Record, version uint64) {
 	if !ok {
 		return
 	}
-	if rec == nil || rec.Released || rec.Owner != h.grant.Owner || rec.Epoch != h.grant.Epoch {
+	if rec == nil || rec.Released || rec.Owner != h.grant.Owner || rec.Epoch != h.grant.Epoch || rec.Session != sessionID(h.sess) {
 		s.forgetLocked(key) // lost, or released through a copy of the grant
 		return
 	}
-	h.version, h.grant.ExpiresAt = version, rec.ExpiresAt
+	h.version = version
+	if h.sess == nil {
+		h.grant.ExpiresAt = rec.ExpiresAt
+	}
 }
 
 // settlePendingLocked settles the unknown writes of key against a record
@@ -457,7 +541,7 @@ func (s *DocumentStore) settlePendingLocked(key string, rec *Record, version uin
 	for _, p := range ps {
 		switch {
 		case rec != nil && sameState(*rec, p.want): // it landed
-			s.commitLocked(p.grant, p.want.Released, version)
+			s.commitLocked(p.grant, p.want.Released, version, p.sess)
 			if p.want.Released {
 				s.unseen[key] = p.grant
 			}
@@ -474,25 +558,34 @@ func (s *DocumentStore) settlePendingLocked(key string, rec *Record, version uin
 
 // sameState reports whether two records say the same thing.
 func sameState(a, b Record) bool {
-	return a.Owner == b.Owner && a.Epoch == b.Epoch && a.Released == b.Released && a.ExpiresAt.Equal(b.ExpiresAt)
+	return a.Owner == b.Owner && a.Epoch == b.Epoch && a.Released == b.Released && a.ExpiresAt.Equal(b.ExpiresAt) && a.Session == b.Session
 }
 
-// commitLocked records a write that landed. s.mu must be held.
-func (s *DocumentStore) commitLocked(g Grant, released bool, version uint64) {
+// commitLocked records a write that landed, which attached the key to ss
+// if not nil. s.mu must be held.
+func (s *DocumentStore) commitLocked(g Grant, released bool, version uint64, ss *storeSession) {
 	if !released {
 		if g.Owner != s.cfg.owner {
 			return // another owner's grant, renewed here, is not ours (R4c)
 		}
 		if h, ok := s.held[g.Key]; ok {
-			h.grant, h.version = g, version
+			h.grant, h.version, h.sess = g, version, ss
 		} else {
-			s.held[g.Key] = &heldGrant{grant: g, version: version, lock: s.locks.pin(g.Key)}
+			s.held[g.Key] = &heldGrant{grant: g, version: version, lock: s.locks.pin(g.Key), sess: ss}
 		}
 		return
 	}
 	if h, ok := s.held[g.Key]; ok && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
 		s.forgetLocked(g.Key)
 	}
+}
+
+// sessionID is ss's id; "" for nil.
+func sessionID(ss *storeSession) string {
+	if ss == nil {
+		return ""
+	}
+	return ss.id
 }
 
 // heldAt reports whether this instance holds the grant that rec names.
@@ -538,6 +631,19 @@ func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew, 
 	if rec == nil || rec.Released || rec.Owner != g.Owner || rec.Epoch != g.Epoch {
 		return heldGrant{}, lost(g.Key, g.Epoch)
 	}
+	if rec.Session != "" {
+		if renew { // a key of a session this store does not keep: renewing it per key would revive it (R19)
+			return heldGrant{}, lost(g.Key, g.Epoch)
+		}
+		got, err := s.sessionOf(ctx, op, g.Key, rec.Session, sessionsSeen{})
+		if err != nil {
+			return heldGrant{}, err
+		}
+		if got.rec.State == SessionEndedClean {
+			return heldGrant{}, lost(g.Key, g.Epoch) // released with its session (R22)
+		}
+		return heldGrant{grant: g, version: version}, nil
+	}
 	if renew && expired(rec.ExpiresAt, s.renewNow()) && mutant != mutantRenewExpired {
 		return heldGrant{}, lostExpired(g.Key, g.Epoch)
 	}
@@ -572,7 +678,12 @@ var errSuperseded = errors.New("lease: write superseded")
 // known not to have, and a *StorageError when its outcome stays unknown
 // (R9): then the write is remembered, and the next read of the key settles it.
 func (s *DocumentStore) write(ctx context.Context, op string, g Grant, released bool, pre Precondition) error {
-	p := pendingWrite{want: recordOf(g, released), grant: g, pre: pre}
+	return s.writeIn(ctx, op, g, released, pre, nil)
+}
+
+// writeIn is write, attaching the key to ss when ss is not nil (R20).
+func (s *DocumentStore) writeIn(ctx context.Context, op string, g Grant, released bool, pre Precondition, ss *storeSession) error {
+	p := pendingWrite{want: recordOf(g, released, ss), grant: g, pre: pre, sess: ss}
 	version, err := s.put(ctx, p.want, pre)
 	if mutant == mutantNoReread && err != nil && !errors.Is(err, ErrConflict) {
 		return &StorageError{Op: op, Key: g.Key, Err: err} // neither remembered nor re-read
@@ -584,9 +695,15 @@ func (s *DocumentStore) write(ctx context.Context, op string, g Grant, released 
 	return s.resolved(op, p, err, rec, rerr)
 }
 
-// recordOf is the record that stores g.
-func recordOf(g Grant, released bool) Record {
-	return Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, ExpiresAt: g.ExpiresAt, Released: released}
+// recordOf is the record that stores g, attached to ss when ss is not nil
+// and g is not released: the key's own expiry is then SessionKeyExpiry,
+// and its session's is the one that counts (R20).
+func recordOf(g Grant, released bool, ss *storeSession) Record {
+	rec := Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, ExpiresAt: g.ExpiresAt, Released: released}
+	if ss != nil && !released {
+		rec.ExpiresAt, rec.Session = SessionKeyExpiry, ss.id
+	}
+	return rec
 }
 
 // unknownOutcome marks a write error whose outcome a re-read must settle.
@@ -609,7 +726,7 @@ func (s *DocumentStore) answered(op string, p *pendingWrite, version uint64, err
 		s.mu.Lock()
 		delete(s.pending, key)
 		delete(s.unseen, key)
-		s.commitLocked(p.grant, p.want.Released, version)
+		s.commitLocked(p.grant, p.want.Released, version, p.sess)
 		s.mu.Unlock()
 		return nil
 	case errors.Is(err, ErrConflict):
@@ -667,17 +784,19 @@ func (s *DocumentStore) Record(ctx context.Context, key string) (Record, error) 
 	if rec == nil {
 		return Record{}, ErrNotFound
 	}
-	return *rec, nil
+	view, _, err := s.liveView(ctx, "record", *rec, s.now(), sessionsSeen{})
+	return view, err
 }
 
-// decideAcquire applies the acquire rule (decide, R4) to the stored
-// record rec of a key at now; isMine says whether this store's table
-// holds the grant rec names.
-func (s *DocumentStore) decideAcquire(rec *Record, isMine bool, now time.Time) acquireOutcome {
+// decideAcquire applies the acquire rule (decide, R4) to a key's record
+// as its session says it is at now (view, R20–R22); isMine says whether
+// this store's table holds the grant the record names.
+func (s *DocumentStore) decideAcquire(view keyView, isMine bool, now time.Time) acquireOutcome {
 	return decide(acquireInput{
-		Stored:  rec,
+		Stored:  view.rec,
 		Mine:    isMine,
-		Expired: rec != nil && expired(rec.ExpiresAt, now),
+		Expired: view.verdict.Expired,
+		Clean:   view.verdict.Clean,
 		Owner:   s.cfg.owner,
 		Expires: s.expiry(now),
 	})

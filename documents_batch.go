@@ -22,13 +22,15 @@ type batchWrite struct {
 	grant    Grant
 	pre      Precondition
 	released bool
-	idx      int        // the caller's index for this key
-	entry    *heldGrant // a renewal's table entry, which it updates in place
+	idx      int           // the caller's index for this key
+	entry    *heldGrant    // a renewal's table entry, which it updates in place
+	sess     *storeSession // the session an acquire attaches the key to (R20); nil: none
+	kill     *seenSession  // the dead session an acquire ends before its write (R21)
 }
 
 // pending is w as a write whose outcome is unknown.
 func (w batchWrite) pending() pendingWrite {
-	return pendingWrite{want: recordOf(w.grant, w.released), grant: w.grant, pre: w.pre}
+	return pendingWrite{want: recordOf(w.grant, w.released, w.sess), grant: w.grant, pre: w.pre, sess: w.sess}
 }
 
 // lockedKeys holds the key locks a batch took.
@@ -155,7 +157,7 @@ func (s *DocumentStore) renewals(gs []Grant, tickets []*heldGrant, ok []bool, ba
 		} else {
 			h = s.held[g.Key]
 		}
-		if h == nil || (unsettled && len(s.pending[g.Key]) > 0) || h.grant.Key != g.Key || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch ||
+		if h == nil || h.sess != nil || (unsettled && len(s.pending[g.Key]) > 0) || h.grant.Key != g.Key || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch ||
 			(expired(h.grant.ExpiresAt, now) && mutant != mutantBatchRenewExpired) {
 			single, drop = append(single, i), append(drop, i) // Renew reads the record and decides
 			continue
@@ -207,14 +209,30 @@ func (s *DocumentStore) settleUnknown(ctx context.Context, gs []Grant) {
 	}
 }
 
-// acquireMany acquires keys, each as Acquire would (R4, R12), with one
-// batched read and one batched write when the driver can batch.
+// acquireMany acquires keys for Helds, each as Acquire would (R4, R12),
+// with one batched read and one batched write when the driver can batch.
+// Over a driver with sessions it attaches the keys to the store's live
+// session, starting one first if it must (R18).
 func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantResult {
 	out := make([]grantResult, len(keys))
+	var ss *storeSession
+	if s.sessionsOn() && s.usable(ctx) == nil {
+		var err error
+		if ss, err = s.attach(ctx); err != nil {
+			for i := range out {
+				out[i].err = err
+			}
+			return out
+		}
+		defer ss.detach()
+	}
 	br, canRead := s.d.(BatchReader)
 	if err := s.usable(ctx); err != nil || !canRead {
 		for i, key := range keys {
-			out[i].g, out[i].err = s.Acquire(ctx, key)
+			out[i].g, out[i].sess, out[i].err = s.acquireIn(ctx, key, ss)
+			if out[i].err == nil {
+				s.obs.acquired(out[i].g)
+			}
 		}
 		return out
 	}
@@ -233,12 +251,16 @@ func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantR
 		locks = append(locks, unlock)
 		ready, index = append(ready, key), append(index, i)
 	}
-	batch := s.decideMany(ctx, br, ready, index, out)
+	batch, again := s.decideMany(ctx, br, ready, index, out, ss)
+	single = append(single, again...)
 	for j, err := range s.putBatch(ctx, "acquire", batch) {
 		i := batch[j].idx
 		switch {
 		case err == nil:
-			out[i].g = batch[j].grant
+			out[i].g, out[i].sess = batch[j].grant, ss
+			if ss != nil {
+				out[i].g.ExpiresAt = ss.expiresAt()
+			}
 			if out[i].g.PreviousUnclean {
 				s.cfg.logger.Info("lease: took over from a holder that did not release",
 					"key", keys[i], "epoch", out[i].g.Epoch)
@@ -251,7 +273,7 @@ func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantR
 	}
 	locks.unlock()
 	for _, i := range single {
-		out[i].g, out[i].err = s.Acquire(ctx, keys[i])
+		out[i].g, out[i].sess, out[i].err = s.acquireIn(ctx, keys[i], ss)
 	}
 	for _, r := range out {
 		if r.err == nil {
@@ -269,12 +291,14 @@ func (s *DocumentStore) lockValid(key string) (func(), bool) {
 	return s.locks.tryLock(key)
 }
 
-// decideMany reads keys in one round trip and decides each (R4): it
-// answers out[index[j]] for keys that need no write and returns the
-// writes of the rest.
-func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []string, index []int, out []grantResult) []batchWrite {
+// decideMany reads keys in one round trip and decides each (R4), by its
+// session where its record names one (R20–R22): it answers out[index[j]]
+// for keys that need no write and returns the writes of the rest, which
+// attach their keys to ss, after ending each dead session they need
+// ended, once (R21); and the indices of keys to take one at a time.
+func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []string, index []int, out []grantResult, ss *storeSession) ([]batchWrite, []int) {
 	if len(keys) == 0 {
-		return nil
+		return nil, nil
 	}
 	results, err := s.getMany(ctx, br, keys)
 	if err == nil && len(results) != len(keys) {
@@ -282,6 +306,7 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 	}
 	var batch []batchWrite
 	now := s.now()
+	seen := sessionsSeen{}
 	for j, key := range keys {
 		i := index[j]
 		if err != nil {
@@ -298,19 +323,64 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 		if mutant == mutantBatchForgetsTable {
 			isMine = false
 		}
-		d := s.decideAcquire(rec, isMine, now)
+		view, verr := s.viewKey(ctx, "acquire", key, rec, mineOrNil(mine, isMine), now, seen)
+		if verr != nil {
+			out[i].err = verr
+			continue
+		}
+		d := s.decideAcquire(view, isMine, now)
 		switch {
 		case d.Err != nil:
 			out[i].err = d.Err
 		case d.Reuse:
-			out[i].g = mine.grant
+			out[i].g, out[i].sess = mine.current(), mine.sess
 		default:
 			g := d.Next
 			g.Key = key
-			batch = append(batch, batchWrite{idx: i, grant: g, pre: Precondition{Absent: rec == nil, Version: version}})
+			w := batchWrite{idx: i, grant: g, pre: Precondition{Absent: rec == nil, Version: version}, sess: ss}
+			if view.verdict.Kill {
+				w.kill = view.sess
+			}
+			batch = append(batch, w)
 		}
 	}
-	return batch
+	return s.killFirst(ctx, batch, out)
+}
+
+// killFirst ends, once each, the dead sessions that batch's writes need
+// ended before they take their keys (R21). A write whose session failed
+// to end gets the error; one whose session was renewed meanwhile goes to
+// the one-key acquire, which reads again and names the holder.
+func (s *DocumentStore) killFirst(ctx context.Context, batch []batchWrite, out []grantResult) (kept []batchWrite, single []int) {
+	type outcome struct {
+		renewed bool
+		err     error
+	}
+	var done map[*seenSession]outcome
+	kept = batch[:0]
+	for _, w := range batch {
+		if w.kill == nil {
+			kept = append(kept, w)
+			continue
+		}
+		o, ok := done[w.kill]
+		if !ok {
+			if done == nil {
+				done = make(map[*seenSession]outcome)
+			}
+			o.renewed, o.err = s.killSession(ctx, w.kill)
+			done[w.kill] = o
+		}
+		switch {
+		case o.err != nil:
+			out[w.idx].err = o.err
+		case o.renewed:
+			single = append(single, w.idx)
+		default:
+			kept = append(kept, w)
+		}
+	}
+	return kept, single
 }
 
 // putBatch applies a batch of writes, each as write would: nil once it
@@ -328,7 +398,7 @@ func (s *DocumentStore) putBatchIn(ctx context.Context, op string, batch []batch
 	bd, ok := s.d.(BatchDriver)
 	if !ok || len(batch) == 1 {
 		for j, w := range batch {
-			errs[j] = s.write(ctx, op, w.grant, w.released, w.pre)
+			errs[j] = s.writeIn(ctx, op, w.grant, w.released, w.pre, w.sess)
 		}
 		return errs
 	}
@@ -338,7 +408,7 @@ func (s *DocumentStore) putBatchIn(ctx context.Context, op string, batch []batch
 	ws := sized(bs.ws, len(batch))
 	bs.ws = ws
 	for j, w := range batch {
-		ws[j] = Write{Rec: recordOf(w.grant, w.released), Pre: w.pre}
+		ws[j] = Write{Rec: recordOf(w.grant, w.released, w.sess), Pre: w.pre}
 	}
 	results, err := s.putMany(ctx, bd, ws)
 	if err == nil && len(results) != len(ws) {
@@ -387,7 +457,7 @@ func (s *DocumentStore) commitLanded(batch []batchWrite, results []PutResult) {
 			w.entry.grant, w.entry.version = w.grant, results[j].Version
 			continue
 		}
-		s.commitLocked(w.grant, w.released, results[j].Version)
+		s.commitLocked(w.grant, w.released, results[j].Version, w.sess)
 	}
 }
 
@@ -430,11 +500,47 @@ func (s *DocumentStore) settleBatch(ctx context.Context, op string, unknown []in
 // goes on past failures and joins them; a grant whose write failed stays
 // held, so calling ReleaseAll again finishes the job. The Helds of the
 // released keys end as if released.
+//
+// Over a driver with sessions, it ends the store's session clean in one
+// write, whatever the number of keys attached to it, after their Helds
+// ended; every one of those keys is then free (R22). Hold's next key
+// starts a new session.
 func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	grants := s.heldGrants()
+	var errs []error
+	if s.sessionsOn() {
+		errs = s.releaseSessions(ctx)
+	}
+	return errors.Join(append(errs, s.releaseEach(ctx, s.heldGrants()))...)
+}
+
+// releaseSessions ends, each in one write, the sessions of the grants in
+// the table and the store's live session (R22).
+func (s *DocumentStore) releaseSessions(ctx context.Context) []error {
+	entries := s.heldEntries()
+	var errs []error
+	for _, ss := range s.sessionsToEnd(entries) {
+		if err := s.waitAttached(ctx, ss); err != nil {
+			return append(errs, err)
+		}
+		var gs []Grant
+		for _, h := range s.heldEntries() { // with the keys the acquires just answered
+			if h.sess == ss {
+				gs = append(gs, h.grant)
+			}
+		}
+		if err := s.releaseSession(ctx, ss, gs); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// releaseEach releases grants, the table's grants kept per key, each as
+// Release would, in one batch when the driver can batch.
+func (s *DocumentStore) releaseEach(ctx context.Context, grants []Grant) error {
 	var (
 		locks  lockedKeys
 		batch  []batchWrite
@@ -443,6 +549,9 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 	)
 	defer func() { locks.unlock() }()
 	for _, g := range grants {
+		if s.sessionOfGrant(g) != nil {
+			continue // its session's end released it (releaseSessions), or will on a retry
+		}
 		unlock, err := s.locks.lock(ctx, g.Key) // in key order: batches never deadlock
 		if err != nil {
 			return errors.Join(append(errs, err)...)
@@ -484,6 +593,17 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// heldEntries returns copies of the table's entries.
+func (s *DocumentStore) heldEntries() []heldGrant {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	entries := make([]heldGrant, 0, len(s.held))
+	for _, h := range s.held {
+		entries = append(entries, *h)
+	}
+	return entries
 }
 
 // heldGrants returns the grants in the table, in key order.

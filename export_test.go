@@ -14,6 +14,10 @@ func (s *DocumentStore) AcquireBatch(ctx context.Context, keys []string) ([]Gran
 	return splitResults(s.acquireMany(ctx, keys))
 }
 
+// KeepsSessions reports whether AcquireBatch attaches its keys to the
+// store's session (R18).
+func (s *DocumentStore) KeepsSessions() bool { return s.sessionsOn() }
+
 // RenewBatch: see AcquireBatch.
 func (s *DocumentStore) RenewBatch(ctx context.Context, gs []Grant) ([]Grant, []error) {
 	return splitResults(s.renewMany(ctx, &renewScratch{grants: gs}))

@@ -48,7 +48,7 @@ func ownHeldError(g Grant) error {
 // its key that still waits, or gives it back. A grant that a Held of this
 // store had already (the store kept it after a failed release, R4c) is
 // never handed on: each Held gets a grant of its own (R16).
-func (k *keeper) grantedLocked(w *waiter, g Grant, start reading, renewal bool) {
+func (k *keeper) grantedLocked(w *waiter, g Grant, ss *storeSession, start reading, renewal bool) {
 	key := w.key
 	if w.gone {
 		k.dequeueLocked(w)
@@ -72,7 +72,7 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start reading, renewal bool) 
 		return
 	}
 	to := ws[0]
-	p, deadline, err := k.planLocked(to.cfg, g, start, renewal)
+	p, deadline, err := k.planLocked(to.cfg, g, ss, start, renewal)
 	switch {
 	case errors.Is(err, errUnmeasured), err == nil && !deadline.IsZero() && !time.Now().Before(deadline):
 		// The grant came too late to be worth anything (its renewal at
@@ -90,7 +90,7 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, start reading, renewal bool) 
 		k.giveBackLocked(g)
 		k.answerLocked(to, HoldResult{Key: key, Err: err})
 	default:
-		h := k.newHeldLocked(to, g, start, renewal, p) // first: the next waiter must see the key held
+		h := k.newHeldLocked(to, g, ss, start, renewal, p) // first: the next waiter must see the key held
 		k.dequeueLocked(to)
 		k.answerLocked(to, HoldResult{Key: key, Held: h})
 		k.failQueuedLocked(key, h)

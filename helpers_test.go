@@ -35,3 +35,12 @@ const testTTL = 10 * time.Second
 type fakeClock = testclock.Clock
 
 func newFakeClock() *fakeClock { return testclock.New() }
+
+// perKeyDriver is the memory driver without sessions: a store over it
+// keeps every key per key (R4–R7, R12), as over a driver written
+// elsewhere that does not state Capabilities.Sessions.
+type perKeyDriver struct{ *memoryDriver }
+
+func (perKeyDriver) Capabilities() Capabilities { return Capabilities{} }
+
+func newPerKeyDriver() Driver { return perKeyDriver{NewMemoryDriver().(*memoryDriver)} }

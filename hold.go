@@ -165,6 +165,7 @@ type Held struct {
 	renew  time.Duration // renewal interval; 0 for grants that never expire
 	margin time.Duration
 	ttl    time.Duration // the TTL its store grants (R8's T); 0 for grants that never expire
+	sess   *storeSession // the session its key is attached to (R20); nil: renewed per key
 
 	// Guarded by k.mu: the loop's schedule for this Held.
 	round    *round        // its next renewal and deadline (holdloop.go); nil: none
@@ -173,6 +174,7 @@ type Held struct {
 	renewErr error         // the last failed renewal's error, nil after a success
 	renewing bool          // a renewal of it is in flight
 	ticket   *heldGrant    // its grant's entry in the store's table, from its last batched renewal
+	sr       *sessionRound // its session's round, while it is live and kept through a session (holdsession.go)
 
 	mu       sync.Mutex // guards the fields below; taken after k.mu, never before
 	grant    Grant      // the newest grant
@@ -426,7 +428,11 @@ func jitter(d time.Duration) time.Duration {
 func (h *Held) Grant() Grant {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.grant
+	g := h.grant
+	if h.sess != nil {
+		g.ExpiresAt = h.sess.expiresAt() // its session's (R20)
+	}
+	return g
 }
 
 // Deadline returns when Context ends unless a renewal succeeds first
@@ -437,6 +443,9 @@ func (h *Held) Grant() Grant {
 // by then (lease run's guard) takes it from here. After Context ended it
 // is the last grant's. It is zero for a grant that never expires.
 func (h *Held) Deadline() time.Time {
+	if h.sess != nil {
+		return h.sess.renewedAt().Add(h.ttl - h.margin) // its session's (R8, R20)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.deadline

@@ -39,6 +39,7 @@ type keeper struct {
 	queues     map[string][]*waiter        // each key's waiters, first come, first served
 	spent      map[string]Grant            // the last grant a Held of the key had, while the store may hold it still
 	settling   map[string]settle           // writes in flight that give a key's grant up
+	sessions   map[*storeSession]*sessionRound // the Helds kept through each session of the store (holdsession.go)
 	dues       *schedule.Schedule[*round]  // rounds by next renewal
 	deadlines  *schedule.Schedule[*round]  // rounds by deadline
 	lastRound  *round                      // the round made last, which Helds scheduled alike join
@@ -82,6 +83,7 @@ func newKeeper(s Store) *keeper {
 		queues:   make(map[string][]*waiter),
 		spent:    make(map[string]Grant),
 		settling: make(map[string]settle),
+		sessions: make(map[*storeSession]*sessionRound),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.dues = schedule.New(func(r *round) time.Time { return r.due }, func(r *round) *uint64 { return &r.dueMark })
@@ -92,7 +94,7 @@ func newKeeper(s Store) *keeper {
 
 // idleLocked reports whether the loop has nothing left to do.
 func (k *keeper) idleLocked() bool {
-	return k.deadlines.Len() == 0 && k.dues.Len() == 0 && len(k.queues) == 0 &&
+	return k.deadlines.Len() == 0 && k.dues.Len() == 0 && len(k.queues) == 0 && len(k.sessions) == 0 &&
 		k.renewing == 0 && !k.looking && k.ownLooks == 0
 }
 
@@ -114,10 +116,11 @@ func (k *keeper) poke() {
 }
 
 // newHeldLocked makes the live Held of g for waiter w, kept as p plans,
-// and schedules its renewals. g came from a call sent at sent: an acquire,
-// or a renewal (renewal) of a short grant.
-func (k *keeper) newHeldLocked(w *waiter, g Grant, sent reading, renewal bool, p holdPlan) *Held {
-	h := &Held{s: k.s, k: k, key: g.Key, grant: g, renew: p.renew, margin: p.margin, ttl: p.ttl}
+// and schedules its renewals: its session's, when g is attached to ss.
+// g came from a call sent at sent: an acquire, or a renewal (renewal) of
+// a short grant.
+func (k *keeper) newHeldLocked(w *waiter, g Grant, ss *storeSession, sent reading, renewal bool, p holdPlan) *Held {
+	h := &Held{s: k.s, k: k, key: g.Key, grant: g, renew: p.renew, margin: p.margin, ttl: p.ttl, sess: ss}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(w.ctx))
 	k.helds[g.Key] = h
 	if sp, ok := k.spent[g.Key]; ok && sp.Epoch < g.Epoch {
@@ -126,7 +129,11 @@ func (k *keeper) newHeldLocked(w *waiter, g Grant, sent reading, renewal bool, p
 	if hw, ok := k.s.(heldWatcher); ok {
 		hw.watchHeld(g) // before h is handed out: a loss from now on ends it
 	}
-	if !g.ExpiresAt.IsZero() {
+	if ss != nil {
+		k.joinSessionLocked(h)
+		k.startLocked()
+		k.poke()
+	} else if !g.ExpiresAt.IsZero() {
 		k.scheduleLocked(h, g, sent, renewal)
 		k.startLocked()
 		k.poke()
@@ -157,6 +164,12 @@ func (k *keeper) renewed(h *Held, next Grant, sent reading) bool {
 	if !h.install(next) {
 		return false
 	}
+	if h.sess != nil { // its session was renewed: every Held of it was
+		if sr := h.sr; sr != nil {
+			sr.renewErr, sr.due = nil, h.sess.renewedAt().Add(least(sr.renews))
+		}
+		return true
+	}
 	k.scheduleLocked(h, next, sent, true)
 	return true
 }
@@ -172,6 +185,7 @@ func (k *keeper) close() {
 		}
 	}
 	clear(k.helds)
+	clear(k.sessions)
 	k.dues.Clear()
 	k.deadlines.Clear()
 	k.lastRound = nil
@@ -206,7 +220,9 @@ func (k *keeper) loop() {
 		now := time.Now()
 		k.takeWokenLocked(now)
 		k.expireLocked(now)
+		k.expireSessionsLocked(now)
 		k.startRenewalsLocked(now)
+		k.startSessionRenewalsLocked(now)
 		k.startLookLocked(now)
 		next := k.nextWakeLocked(now)
 		k.mu.Unlock()
@@ -265,6 +281,14 @@ func (k *keeper) nextWakeLocked(now time.Time) time.Time {
 	}
 	if w, ok := k.looks.First(); ok && !k.looking {
 		next = earliest(next, w.due)
+	}
+	for _, sr := range k.sessions {
+		if mutant != mutantNoDeadline && len(sr.margins) > 0 {
+			next = earliest(next, sr.deadline(most(sr.margins)))
+		}
+		if !sr.renewing && len(sr.helds) > 0 {
+			next = earliest(next, sr.due)
+		}
 	}
 	if next.Before(now) {
 		return now
@@ -560,6 +584,7 @@ func (k *keeper) joinLocked(h *Held, due, deadline time.Time) {
 // leaveLocked takes h out of its round; a round left empty leaves the
 // schedules.
 func (k *keeper) leaveLocked(h *Held) {
+	k.leaveSessionLocked(h)
 	r := h.round
 	if r == nil {
 		return
@@ -597,6 +622,9 @@ func (k *keeper) takeLocked(r *round, batch []*Held, limit int) []*Held {
 // deadlineLocked is when h must stop working; zero when it is in no round
 // (its grant never expires, or it ended).
 func (h *Held) deadlineLocked() time.Time {
+	if h.sr != nil {
+		return h.sr.deadline(h.margin)
+	}
 	if h.round == nil {
 		return time.Time{}
 	}

@@ -319,7 +319,7 @@ func (k *keeper) look(batch []*waiter, own bool) {
 		if answered != nil {
 			k.measureLocked(r.g, start, answeredAt(answered[i], end))
 		}
-		if k.short(batch[i].cfg, r.g, start) {
+		if r.sess == nil && k.short(batch[i].cfg, r.g, start) { // a session's Helds are renewed with it
 			short = append(short, i)
 		}
 	}
@@ -409,7 +409,7 @@ func (k *keeper) lookedLocked(w *waiter, r grantResult, start reading, renewal b
 		return false
 	}
 	if r.err == nil {
-		k.grantedLocked(w, r.g, start, renewal)
+		k.grantedLocked(w, r.g, r.sess, start, renewal)
 		return false
 	}
 	if w.gone {
@@ -457,7 +457,7 @@ func (k *keeper) retryLocked(key string, wait time.Duration) {
 // planLocked returns how a Held of g is to be kept, and its deadline; g
 // came from a call sent at sent, a renewal or an acquire. The deadline is
 // zero for a grant that never expires.
-func (k *keeper) planLocked(cfg holdConfig, g Grant, sent reading, renewal bool) (p holdPlan, deadline time.Time, err error) {
+func (k *keeper) planLocked(cfg holdConfig, g Grant, ss *storeSession, sent reading, renewal bool) (p holdPlan, deadline time.Time, err error) {
 	if g.ExpiresAt.IsZero() {
 		return holdPlan{}, time.Time{}, nil
 	}
@@ -466,6 +466,9 @@ func (k *keeper) planLocked(cfg holdConfig, g Grant, sent reading, renewal bool)
 	}
 	if p.renew, p.margin, err = cfg.plan(p.ttl); err != nil {
 		return holdPlan{}, time.Time{}, err
+	}
+	if ss != nil { // the session's deadline, from its last renewal (R8, R20)
+		return p, ss.renewedAt().Add(p.ttl - p.margin), nil
 	}
 	return p, grantDeadline(g, sent, p.ttl, p.margin, renewal), nil
 }

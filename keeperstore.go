@@ -129,7 +129,8 @@ var (
 type grantResult struct {
 	g      Grant
 	err    error
-	ticket *heldGrant // the store's table entry of a renewed grant, if it has one
+	ticket *heldGrant    // the store's table entry of a renewed grant, if it has one
+	sess   *storeSession // the session an acquired grant is attached to (R20); nil: kept per key
 }
 
 // storeTTL is the TTL of the grants s makes, when s states it; 0 otherwise.

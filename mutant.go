@@ -24,4 +24,11 @@ const (
 	mutantOrphan            = "orphan"              // R17: a grant taken for a waiter that left is never given back (grantedLocked)
 	mutantWholeBatch        = "whole_batch"         // R12, R17: a renewal batch is one call bounded by its earliest deadline, never split (renew)
 	mutantHostClock         = "host_clock"          // R8: judge expiry by the host's clock in server-clock mode (DocumentStore.now)
+
+	mutantRenewAfterKill      = "renew_after_kill"      // R19: a renewal that finds its session ended writes it live again (renewSession)
+	mutantTakeWithoutKill     = "take_without_kill"     // R21: take a key of a dead session without ending the session (killSession)
+	mutantSessionPastDeadline = "session_past_deadline" // R19: renew a session past this store's deadline for it (renewSession)
+	mutantSessionIDReused     = "session_id_reused"     // R18: a new session takes the id of the last one (startSession)
+	mutantSessionEndFirst     = "session_end_first"     // R17, R22: ReleaseAll ends the session before the Helds end (ReleaseAll)
+	mutantUnreadSessionFree   = "unread_session_free"   // R23: a key whose session is missing reads as free (sessionOf)
 )

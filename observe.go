@@ -68,6 +68,21 @@ const (
 	// EventStorage: one storage call returned: Op, Batch keys (Key when
 	// the call was about one key), Duration, and Err if it failed.
 	EventStorage
+	// EventSessionStarted: the store started a session (Session) for its
+	// Helds' keys (R18).
+	EventSessionStarted
+	// EventSessionRenewed: the store renewed its session (Session) in one
+	// write, renewing every key attached to it (R20); Err when the write
+	// failed and the session still stands, for now.
+	EventSessionRenewed
+	// EventSessionEnded: the store's session (Session) ended: lapsed,
+	// ended by another store, or ended clean by ReleaseAll (Err says
+	// which). Every Held of it ended first; each key reports EventLost
+	// or EventReleased of its own.
+	EventSessionEnded
+	// EventSessionKilled: the store ended another store's session
+	// (Session) that had expired, before taking one of its keys (R21).
+	EventSessionKilled
 )
 
 var eventKindNames = [...]string{
@@ -80,6 +95,11 @@ var eventKindNames = [...]string{
 	EventWaitDone:    "wait_done",
 	EventWaitGaveUp:  "wait_gave_up",
 	EventStorage:     "storage",
+
+	EventSessionStarted: "session_started",
+	EventSessionRenewed: "session_renewed",
+	EventSessionEnded:   "session_ended",
+	EventSessionKilled:  "session_killed",
 }
 
 // String returns the kind's name in snake case, e.g. "renew_failed".
@@ -140,6 +160,10 @@ const (
 	OpUnlock  StorageOp = "unlock"   // LocalStore: give the flock up
 	OpRead    StorageOp = "read"     // LocalStore: read a lock file's record
 	OpWrite   StorageOp = "write"    // LocalStore: write a record durably
+
+	OpGetSession     StorageOp = "get_session"     // SessionDriver.GetSession
+	OpPutSession     StorageOp = "put_session"     // SessionDriver.PutSession
+	OpRemoveSessions StorageOp = "remove_sessions" // SessionDriver.RemoveSessions
 )
 
 // Event is one thing a store did. Which fields are set depends on Kind.
@@ -148,6 +172,8 @@ type Event struct {
 	Store string // the store kind: its driver's Name ("memory", "sqlite", …) or "local"
 	Owner string // the store's owner
 	Key   string // empty for a storage call about several keys
+
+	Session string // EventSession…: the session's id; also set on a storage call about a session
 
 	Epoch           uint64    // the grant's epoch
 	PreviousUnclean bool      // EventAcquired: a takeover
@@ -284,6 +310,13 @@ func (ob *observer) onRenewed(g Grant, err error, batch int) {
 	}
 }
 
+// session reports a change of a session (kind EventSession…).
+func (ob *observer) session(kind EventKind, id string, err error) {
+	if ob != nil {
+		ob.emit(Event{Kind: kind, Session: id, Err: err})
+	}
+}
+
 // closed reports every grant still held as lost to Close (R15).
 func (ob *observer) closed() {
 	if ob == nil {
@@ -380,6 +413,26 @@ func (s *DocumentStore) putObserved(ctx context.Context, rec Record, pre Precond
 	start := time.Now()
 	version, err := s.d.Put(ctx, rec, pre)
 	s.obs.storage(OpPut, rec.Key, 1, start, err)
+	return version, err
+}
+
+func (s *DocumentStore) getSession(ctx context.Context, id string) (SessionRecord, uint64, error) {
+	ctx = s.clock.probe(ctx)
+	start := s.obs.start()
+	rec, version, err := s.sd.GetSession(ctx, id)
+	if s.obs != nil {
+		s.obs.emit(Event{Kind: EventStorage, Op: OpGetSession, Session: id, Batch: 1, Duration: time.Since(start), Err: err})
+	}
+	return rec, version, err
+}
+
+func (s *DocumentStore) putSession(ctx context.Context, rec SessionRecord, pre Precondition) (uint64, error) {
+	ctx = s.clock.probe(ctx)
+	start := s.obs.start()
+	version, err := s.sd.PutSession(ctx, rec, pre)
+	if s.obs != nil {
+		s.obs.emit(Event{Kind: EventStorage, Op: OpPutSession, Session: rec.ID, Batch: 1, Duration: time.Since(start), Err: err})
+	}
 	return version, err
 }
 

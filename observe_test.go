@@ -208,7 +208,7 @@ func TestObserverBatches(t *testing.T) {
 	ctx := t.Context()
 	clock := newFakeClock()
 	r := &recorder{}
-	s, err := NewDocumentStore(NewMemoryDriver(), WithOwner("alice"), WithClock(clock.Now), WithObserver(r))
+	s, err := NewDocumentStore(newPerKeyDriver(), WithOwner("alice"), WithClock(clock.Now), WithObserver(r))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,14 +63,33 @@ type modelRecord struct {
 	epoch    uint64
 	expires  time.Time
 	released bool
+	sess     *modelSession // the session the key is attached to (R20); nil: kept per key
+}
+
+// expiry is when the record's holder must be gone: its session's expiry
+// for a key attached to one (R20).
+func (r *modelRecord) expiry() time.Time {
+	if r.sess != nil {
+		return r.sess.expires
+	}
+	return r.expires
+}
+
+// modelSession is what the model believes a session's record says
+// (R18–R22).
+type modelSession struct {
+	expires time.Time
+	state   lease.SessionState
 }
 
 // modelSlot is one store instance: a process that may crash and restart
 // with a new owner.
 type modelSlot struct {
-	store  lease.Store
-	owner  string
-	grants map[string]lease.Grant // the last grant this instance got per key, held or not
+	store    lease.Store
+	owner    string
+	grants   map[string]lease.Grant // the last grant this instance got per key, held or not
+	sess     *modelSession          // the session its batched acquires attach keys to; nil: none yet
+	sessions []*modelSession        // every session it started
 }
 
 type model struct {
@@ -134,10 +153,24 @@ func (m *model) live(r *modelRecord) bool {
 	if r == nil || r.released {
 		return false
 	}
+	if r.sess != nil { // R20
+		return r.sess.state == lease.SessionLive && m.clock.Now().Before(r.sess.expires)
+	}
 	if m.ttl > 0 {
 		return m.clock.Now().Before(r.expires)
 	}
 	return !m.dead[r.owner]
+}
+
+// sessionFor is the session a batched acquire by s attaches keys to: its
+// live one, or a new one when it has none or the last one lapsed (R18,
+// R19).
+func (m *model) sessionFor(s *modelSlot) *modelSession {
+	if s.sess == nil || s.sess.state != lease.SessionLive || !m.clock.Now().Before(s.sess.expires) {
+		s.sess = &modelSession{expires: m.newExpiry(), state: lease.SessionLive}
+		s.sessions = append(s.sessions, s.sess)
+	}
+	return s.sess
 }
 
 func (m *model) newExpiry() time.Time {
@@ -156,16 +189,18 @@ func holds(s *modelSlot, key string, r *modelRecord) bool {
 func (m *model) acquire(t *rapid.T) {
 	s, key := m.pick(t)
 	got, err := s.store.Acquire(ctxBG, key)
-	m.acquired(t, s, key, got, err)
+	m.acquired(t, s, key, got, err, nil)
 }
 
-// acquired checks s's acquire of key against the model (R2, R4, R5) and
-// records what it took.
-func (m *model) acquired(t *rapid.T, s *modelSlot, key string, got lease.Grant, err error) {
+// acquired checks s's acquire of key against the model (R2, R4, R5, R21)
+// and records what it took, attached to sess if not nil.
+func (m *model) acquired(t *rapid.T, s *modelSlot, key string, got lease.Grant, err error, sess *modelSession) {
 	r := m.records[key]
 	if holds(s, key, r) && m.live(r) { // R4c
-		if err != nil || got != s.grants[key] {
-			t.Fatalf("re-entrant Acquire(%s) by %s = %+v, %v; want the same grant %+v", key, s.owner, got, err, s.grants[key])
+		want := s.grants[key]
+		want.ExpiresAt = r.expiry()
+		if err != nil || got != want {
+			t.Fatalf("re-entrant Acquire(%s) by %s = %+v, %v; want the same grant %+v", key, s.owner, got, err, want)
 		}
 		return
 	}
@@ -178,9 +213,13 @@ func (m *model) acquired(t *rapid.T, s *modelSlot, key string, got lease.Grant, 
 		return
 	}
 	want := lease.Grant{Key: key, Owner: s.owner, Epoch: 1, ExpiresAt: m.newExpiry()}
-	if r != nil { // R4b, R4d, R4f
+	if sess != nil {
+		want.ExpiresAt = sess.expires
+	}
+	if r != nil { // R4b, R4d, R4f; R21: a session ended clean frees its keys clean
 		want.Epoch = r.epoch + 1
-		want.PreviousUnclean = !r.released && !holds(s, key, r)
+		cleanEnd := r.sess != nil && r.sess.state == lease.SessionEndedClean
+		want.PreviousUnclean = !r.released && !holds(s, key, r) && !cleanEnd
 	}
 	if err != nil || got.Key != want.Key || got.Owner != want.Owner || got.Epoch != want.Epoch ||
 		got.PreviousUnclean != want.PreviousUnclean || !got.ExpiresAt.Equal(want.ExpiresAt) {
@@ -189,7 +228,10 @@ func (m *model) acquired(t *rapid.T, s *modelSlot, key string, got lease.Grant, 
 	if r != nil && got.Epoch <= r.epoch { // R2, stated on its own
 		t.Fatalf("epoch went from %d to %d", r.epoch, got.Epoch)
 	}
-	m.records[key] = &modelRecord{owner: got.Owner, epoch: got.Epoch, expires: got.ExpiresAt}
+	if r != nil && !r.released && r.sess != nil && r.sess.state == lease.SessionLive && !holds(s, key, r) {
+		r.sess.state = lease.SessionEndedUnclean // R21: the taker ended the dead session first
+	}
+	m.records[key] = &modelRecord{owner: got.Owner, epoch: got.Epoch, expires: got.ExpiresAt, sess: sess}
 	s.grants[key] = got
 }
 
@@ -222,7 +264,11 @@ func (m *model) renewed(t *rapid.T, s *modelSlot, g, got lease.Grant, err error)
 	if err != nil || got.Key != want.Key || got.Owner != want.Owner || got.Epoch != want.Epoch || !got.ExpiresAt.Equal(want.ExpiresAt) {
 		t.Fatalf("Renew(%+v) = %+v, %v; want %+v", g, got, err, want)
 	}
-	r.expires = got.ExpiresAt
+	if r.sess != nil {
+		r.sess.expires = got.ExpiresAt // R20: renewing one key renews its session, and every key of it
+	} else {
+		r.expires = got.ExpiresAt
+	}
 	s.grants[g.Key] = got
 }
 
@@ -231,9 +277,12 @@ func (m *model) renewed(t *rapid.T, s *modelSlot, g, got lease.Grant, err error)
 // tests (its export_test.go), so that the model also drives the batches
 // Hold's loops send. Every key of a batch must answer as if written alone.
 // For other stores the batch steps are skipped.
+// A store that KeepsSessions attaches the keys of its batched acquires
+// (Hold's) to its session (R18).
 type batcher interface {
 	AcquireBatch(ctx context.Context, keys []string) ([]lease.Grant, []error)
 	RenewBatch(ctx context.Context, gs []lease.Grant) ([]lease.Grant, []error)
+	KeepsSessions() bool
 }
 
 // pickBatcher draws a slot whose store can batch.
@@ -250,12 +299,16 @@ func (m *model) pickBatcher(t *rapid.T) (*modelSlot, batcher) {
 func (m *model) acquireBatch(t *rapid.T) {
 	s, b := m.pickBatcher(t)
 	keys := rapid.SliceOfNDistinct(rapid.SampledFrom(m.keys), 1, len(m.keys), rapid.ID).Draw(t, "keys")
+	var sess *modelSession
+	if b.KeepsSessions() {
+		sess = m.sessionFor(s)
+	}
 	got, errs := b.AcquireBatch(ctxBG, keys)
 	if len(got) != len(keys) || len(errs) != len(keys) {
 		t.Fatalf("AcquireBatch(%v) answered %d grants and %d errors", keys, len(got), len(errs))
 	}
 	for i, key := range keys {
-		m.acquired(t, s, key, got[i], errs[i])
+		m.acquired(t, s, key, got[i], errs[i], sess)
 	}
 }
 
@@ -289,7 +342,7 @@ func (m *model) release(t *rapid.T) {
 	}
 	r := m.records[key]
 	err := s.store.Release(ctxBG, g)
-	if !matches(r, g) { // R7: after a steal or a release
+	if !matches(r, g) || r.sess != nil && r.sess.state == lease.SessionEndedClean { // R7: after a steal or a release (R22: its session's clean end)
 		if !errors.Is(err, lease.ErrLost) {
 			t.Fatalf("Release(%+v) = %v; want ErrLost (record %+v)", g, err, r)
 		}
@@ -298,7 +351,7 @@ func (m *model) release(t *rapid.T) {
 	if err != nil { // R7: also after expiry, if nobody took over
 		t.Fatalf("Release(%+v) at %v = %v; want nil (record %+v)", g, m.clock.Now(), err, r)
 	}
-	r.released = true
+	r.released, r.sess = true, nil // R22: a release is of the key alone
 }
 
 // releaseAll releases every grant one store holds, in one call (R13):
@@ -312,10 +365,18 @@ func (m *model) releaseAll(t *rapid.T) {
 		t.Fatalf("ReleaseAll by %s = %v; want nil or ErrLost", s.owner, err)
 	}
 	for key, g := range s.grants {
-		if r := m.records[key]; matches(r, g) {
-			r.released = true
+		// R22: a key of a live session is freed by its session's end;
+		// any other of its keys still named is released alone (R7).
+		if r := m.records[key]; matches(r, g) && (r.sess == nil || r.sess.state != lease.SessionLive) {
+			r.released, r.sess = true, nil
 		}
 	}
+	for _, sess := range s.sessions { // R22: its sessions end clean, and free their keys
+		if sess.state == lease.SessionLive {
+			sess.state = lease.SessionEndedClean
+		}
+	}
+	s.sess = nil
 }
 
 // advance moves the clock by up to two TTLs, in whole milliseconds.
@@ -331,7 +392,7 @@ func (m *model) toExpiry(t *rapid.T) {
 	if m.ttl == 0 || !m.live(r) {
 		t.Skip("no live expiring record")
 	}
-	at := r.expires
+	at := r.expiry()
 	if rapid.Bool().Draw(t, "just before") {
 		at = at.Add(-time.Millisecond)
 	}
@@ -362,7 +423,7 @@ func (m *model) check(t *rapid.T) {
 			}
 			continue
 		}
-		if err != nil || got.Owner != r.owner || got.Epoch != r.epoch || got.Released || !got.ExpiresAt.Equal(r.expires) {
+		if err != nil || got.Owner != r.owner || got.Epoch != r.epoch || got.Released || !got.ExpiresAt.Equal(r.expiry()) {
 			t.Fatalf("Holder(%s) at %v = %+v, %v; want %+v", key, m.clock.Now(), got, err, r)
 		}
 	}

@@ -34,30 +34,30 @@ type keeper struct {
 	calls  sync.WaitGroup // the loop and every call in flight
 	wake   chan struct{}  // pokes the loop; never replaced, so poking needs no lock
 
-	mu         sync.Mutex                  // guards the fields below and every Held's schedule
-	helds      map[string]*Held            // the live Held of each key (R16)
-	queues     map[string][]*waiter        // each key's waiters, first come, first served
-	spent      map[string]Grant            // the last grant a Held of the key had, while the store may hold it still
-	settling   map[string]settle           // writes in flight that give a key's grant up
+	mu         sync.Mutex                      // guards the fields below and every Held's schedule
+	helds      map[string]*Held                // the live Held of each key (R16)
+	queues     map[string][]*waiter            // each key's waiters, first come, first served
+	spent      map[string]Grant                // the last grant a Held of the key had, while the store may hold it still
+	settling   map[string]settle               // writes in flight that give a key's grant up
 	sessions   map[*storeSession]*sessionRound // the Helds kept through each session of the store (holdsession.go)
-	dues       *schedule.Schedule[*round]  // rounds by next renewal
-	deadlines  *schedule.Schedule[*round]  // rounds by deadline
-	lastRound  *round                      // the round made last, which Helds scheduled alike join
-	roundSize  int                         // how many Helds the caller of joinLocked may schedule alike
-	wave       []*Held                     // startRenewalsLocked's Helds to renew, kept for its next turn
-	ordered    []*Held                     // the same in key order, when inKeyOrder copies them
-	runs       []keyRun                    // the rounds the Helds of wave came from
-	scratch    []*renewScratch             // kept for the next renewal calls
-	looks      *schedule.Schedule[*waiter] // the first waiter of each free key, by next look
-	renewing   int                         // renewal calls in flight
-	lookPerKey time.Duration               // time per key of recent looks (sizes the next)
-	ttlSeen    time.Duration               // the least TTL grants measured, for a store that states none (measureLocked)
-	looking    bool                        // a look call is in flight
-	ownLooks   int                         // looks of one key in flight beside it, for FailIfHeld (lookNowLocked)
-	lastHold   time.Time                   // when the store's last Hold that may gather came
-	running    bool                        // the loop goroutine is running
-	stopped    bool                        // the store closed: no more Helds or waits
-	users      int                         // callers between keeperFor and unuse (foreign keepers)
+	dues       *schedule.Schedule[*round]      // rounds by next renewal
+	deadlines  *schedule.Schedule[*round]      // rounds by deadline
+	lastRound  *round                          // the round made last, which Helds scheduled alike join
+	roundSize  int                             // how many Helds the caller of joinLocked may schedule alike
+	wave       []*Held                         // startRenewalsLocked's Helds to renew, kept for its next turn
+	ordered    []*Held                         // the same in key order, when inKeyOrder copies them
+	runs       []keyRun                        // the rounds the Helds of wave came from
+	scratch    []*renewScratch                 // kept for the next renewal calls
+	looks      *schedule.Schedule[*waiter]     // the first waiter of each free key, by next look
+	renewing   int                             // renewal calls in flight
+	lookPerKey time.Duration                   // time per key of recent looks (sizes the next)
+	ttlSeen    time.Duration                   // the least TTL grants measured, for a store that states none (measureLocked)
+	looking    bool                            // a look call is in flight
+	ownLooks   int                             // looks of one key in flight beside it, for FailIfHeld (lookNowLocked)
+	lastHold   time.Time                       // when the store's last Hold that may gather came
+	running    bool                            // the loop goroutine is running
+	stopped    bool                            // the store closed: no more Helds or waits
+	users      int                             // callers between keeperFor and unuse (foreign keepers)
 
 	wokenMu sync.Mutex
 	woken   []*waiter // waiters whose store told of a release, for the loop to look at

@@ -27,14 +27,14 @@ type sessionStore interface {
 // sessionRound is the Helds of one session.
 type sessionRound struct {
 	ss       *storeSession
-	ttl      time.Duration           // R8's T for its Helds
-	helds    map[*Held]struct{}      // its live Helds
-	margins  map[time.Duration]int   // how many of them have each safety margin
-	renews   map[time.Duration]int   // and each renewal interval
-	due      time.Time               // the next renewal, monotonic
-	renewing bool                    // a renewal is in flight
-	retry    time.Duration           // the wait before the next retry of a failed renewal
-	renewErr error                   // the last failed renewal's error, nil after a success
+	ttl      time.Duration         // R8's T for its Helds
+	helds    map[*Held]struct{}    // its live Helds
+	margins  map[time.Duration]int // how many of them have each safety margin
+	renews   map[time.Duration]int // and each renewal interval
+	due      time.Time             // the next renewal, monotonic
+	renewing bool                  // a renewal is in flight
+	retry    time.Duration         // the wait before the next retry of a failed renewal
+	renewErr error                 // the last failed renewal's error, nil after a success
 }
 
 // deadline is when the Helds of sr with margin must stop working, unless
@@ -215,7 +215,7 @@ type sessionOverError struct {
 	why error // errSessionLapsed, errSessionTaken or errSessionEndedClean
 }
 
-func (e *sessionOverError) Error() string       { return fmt.Sprintf("lease: session %s %v", e.id, e.why) }
+func (e *sessionOverError) Error() string        { return fmt.Sprintf("lease: session %s %v", e.id, e.why) }
 func (e *sessionOverError) Is(target error) bool { return target == ErrLost }
 func (e *sessionOverError) Unwrap() error        { return e.why }
 

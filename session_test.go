@@ -1,0 +1,483 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// sessionCounter is the memory driver, which states Sessions, counting its
+// key writes and session writes apart, with hooks that see each write
+// before it lands and a switch that makes every call fail.
+type sessionCounter struct {
+	*memoryDriver
+
+	mu            sync.Mutex
+	keyWrites     int
+	sessionWrites []SessionRecord // every session write that landed, in order
+	down          bool
+	onPut         func(Record)        // called before a key write, without d.mu
+	onPutSession  func(SessionRecord) // called before a session write, without d.mu
+}
+
+func newSessionCounter() *sessionCounter {
+	return &sessionCounter{memoryDriver: NewMemoryDriver().(*memoryDriver)}
+}
+
+func (d *sessionCounter) Capabilities() Capabilities { return Capabilities{Sessions: true} }
+
+func (d *sessionCounter) failing() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.down {
+		return errDown
+	}
+	return nil
+}
+
+func (d *sessionCounter) setDown(down bool) { d.mu.Lock(); d.down = down; d.mu.Unlock() }
+
+func (d *sessionCounter) counts() (keys int, sessions []SessionRecord) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.keyWrites, slices.Clone(d.sessionWrites)
+}
+
+func (d *sessionCounter) reset() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.keyWrites, d.sessionWrites = 0, nil
+}
+
+func (d *sessionCounter) Get(ctx context.Context, key string) (Record, uint64, error) {
+	if err := d.failing(); err != nil {
+		return Record{}, 0, err
+	}
+	return d.memoryDriver.Get(ctx, key)
+}
+
+func (d *sessionCounter) GetMany(ctx context.Context, keys []string) ([]GetResult, error) {
+	if err := d.failing(); err != nil {
+		return nil, err
+	}
+	return d.memoryDriver.GetMany(ctx, keys)
+}
+
+func (d *sessionCounter) Put(ctx context.Context, rec Record, pre Precondition) (uint64, error) {
+	return d.putAll(ctx, []Write{{Rec: rec, Pre: pre}}, func() (uint64, error) { return d.memoryDriver.Put(ctx, rec, pre) })
+}
+
+func (d *sessionCounter) PutMany(ctx context.Context, ws []Write) ([]PutResult, error) {
+	var results []PutResult
+	_, err := d.putAll(ctx, ws, func() (uint64, error) {
+		var err error
+		results, err = d.memoryDriver.PutMany(ctx, ws)
+		return 0, err
+	})
+	return results, err
+}
+
+func (d *sessionCounter) putAll(_ context.Context, ws []Write, put func() (uint64, error)) (uint64, error) {
+	if err := d.failing(); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	hook := d.onPut
+	d.keyWrites += len(ws)
+	d.mu.Unlock()
+	if hook != nil {
+		for _, w := range ws {
+			hook(w.Rec)
+		}
+	}
+	return put()
+}
+
+func (d *sessionCounter) GetSession(ctx context.Context, id string) (SessionRecord, uint64, error) {
+	if err := d.failing(); err != nil {
+		return SessionRecord{}, 0, err
+	}
+	return d.memoryDriver.GetSession(ctx, id)
+}
+
+func (d *sessionCounter) PutSession(ctx context.Context, rec SessionRecord, pre Precondition) (uint64, error) {
+	if err := d.failing(); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	hook := d.onPutSession
+	d.mu.Unlock()
+	if hook != nil {
+		hook(rec)
+	}
+	v, err := d.memoryDriver.PutSession(ctx, rec, pre)
+	if err == nil {
+		d.mu.Lock()
+		d.sessionWrites = append(d.sessionWrites, rec)
+		d.mu.Unlock()
+	}
+	return v, err
+}
+
+// holdAll holds keys through s with HoldEach and returns the Helds.
+func holdAll(t *testing.T, s Store, keys []string) []*Held {
+	t.Helper()
+	var hs []*Held
+	for r := range HoldEach(t.Context(), s, keys) {
+		if r.Err != nil {
+			t.Fatalf("HoldEach: %q: %v", r.Key, r.Err)
+		}
+		hs = append(hs, r.Held)
+	}
+	return hs
+}
+
+// TestR20OneWritePerPeriod: however many keys a store's Helds hold, one
+// write per renewal period keeps them all (R18–R20): the session's; no key
+// record is written after the keys are taken, and every Held's grant
+// carries the session's new expiry.
+func TestR20OneWritePerPeriod(t *testing.T) {
+	for _, n := range []int{1, 1000, 10000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newSessionCounter()
+				s := loopStore(t, d, "alice")
+				hs := holdAll(t, s, profileKeys(n))
+				d.reset()
+				const periods = 3
+				time.Sleep(periods*holdTTL/3 + holdTTL/6)
+				synctest.Wait()
+				keys, sessions := d.counts()
+				if keys != 0 || len(sessions) != periods {
+					t.Fatalf("%d keys held for %d renewal periods: %d key writes and %d session writes; want 0 and %d",
+						n, periods, keys, len(sessions), periods)
+				}
+				last := sessions[len(sessions)-1].ExpiresAt
+				for _, h := range hs {
+					if err := h.Context().Err(); err != nil {
+						t.Fatalf("Held of %q ended: %v", h.key, context.Cause(h.Context()))
+					}
+					if g := h.Grant(); !g.ExpiresAt.Equal(last) {
+						t.Fatalf("Held of %q expires at %v; want its session's %v", h.key, g.ExpiresAt, last)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestR18SessionDurableFirst: every key record that names a session is
+// written after the session's record exists (R18).
+func TestR18SessionDurableFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		var bad []string
+		d.onPut = func(rec Record) {
+			if rec.Session == "" {
+				return
+			}
+			if _, _, err := d.memoryDriver.GetSession(context.Background(), rec.Session); err != nil {
+				bad = append(bad, rec.Key)
+			}
+		}
+		s := loopStore(t, d, "alice")
+		holdAll(t, s, profileKeys(50))
+		if len(bad) > 0 {
+			t.Fatalf("key records written before their session's record: %v", bad)
+		}
+	})
+}
+
+// TestR21TakeoverEndsTheSessionFirst: a store that finds keys of a
+// session past its expiry ends that session once, by a compare-and-swap,
+// before it writes any of them, and every key goes to it with epoch + 1
+// and PreviousUnclean; no key is taken before the session's expiry.
+func TestR21TakeoverEndsTheSessionFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		alice := loopStore(t, d, "alice")
+		keys := profileKeys(100)
+		hs := holdAll(t, alice, keys)
+		expiry := hs[0].Grant().ExpiresAt
+		alice.Close() // a crash: the session is left to expire (R15, R22)
+
+		bob := loopStore(t, d, "bob")
+		var early []string
+		var killed bool
+		d.onPutSession = func(rec SessionRecord) {
+			if rec.Owner == "alice" && rec.State == SessionEndedUnclean {
+				killed = true
+			}
+		}
+		d.onPut = func(rec Record) {
+			if rec.Owner == "bob" && (!killed || time.Now().Before(expiry)) {
+				early = append(early, rec.Key)
+			}
+		}
+		d.reset()
+		got := holdAll(t, bob, keys)
+		if len(early) > 0 {
+			t.Fatalf("bob wrote %d keys before alice's session was ended after its expiry %v", len(early), expiry)
+		}
+		_, sessions := d.counts()
+		kills := 0
+		for _, rec := range sessions {
+			if rec.Owner == "alice" {
+				kills++
+			}
+		}
+		if kills != 1 {
+			t.Fatalf("alice's session written %d times by bob; want one kill (R21)", kills)
+		}
+		for _, h := range got {
+			if g := h.Grant(); g.Epoch != 2 || !g.PreviousUnclean {
+				t.Fatalf("bob's grant %+v; want epoch 2, PreviousUnclean", g)
+			}
+		}
+	})
+}
+
+// TestR22ReleaseAllIsOneWrite: ReleaseAll ends every Held, then ends the
+// session clean in one write; every key of it is then free, clean (R22,
+// R17).
+func TestR22ReleaseAllIsOneWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		alice := loopStore(t, d, "alice")
+		keys := profileKeys(500)
+		hs := holdAll(t, alice, keys)
+		var liveAtEnd int
+		d.onPutSession = func(rec SessionRecord) {
+			if rec.State == SessionEndedClean {
+				for _, h := range hs {
+					if h.Context().Err() == nil {
+						liveAtEnd++
+					}
+				}
+			}
+		}
+		d.reset()
+		if err := alice.ReleaseAll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		keyWrites, sessions := d.counts()
+		if keyWrites != 0 || len(sessions) != 1 || sessions[0].State != SessionEndedClean {
+			t.Fatalf("ReleaseAll of %d keys: %d key writes, session writes %+v; want one write ending the session clean",
+				len(keys), keyWrites, sessions)
+		}
+		if liveAtEnd > 0 {
+			t.Fatalf("%d Helds still live when the session's end was written (R17)", liveAtEnd)
+		}
+		bob := loopStore(t, d, "bob")
+		for _, key := range keys {
+			g, err := bob.Acquire(t.Context(), key)
+			if err != nil || g.Epoch != 2 || g.PreviousUnclean {
+				t.Fatalf("Acquire(%q) after ReleaseAll = %+v, %v; want epoch 2, clean", key, g, err)
+			}
+		}
+		// The next Hold of alice starts a session of its own (R19).
+		h := mustHold(t, alice, "another")
+		rec, _, _ := d.memoryDriver.Get(t.Context(), "another")
+		if rec.Session == "" || rec.Session == sessions[0].ID {
+			t.Fatalf("a Hold after ReleaseAll attached its key to session %q; want a new one (ended: %s)", rec.Session, sessions[0].ID)
+		}
+		h.Release(t.Context())
+	})
+}
+
+// TestR19LapsedSessionIsNeverRenewed: when the session's renewals fail
+// until its deadline, every Held of it ends, and the store never writes
+// that session again; its next Hold starts a new one (R19).
+func TestR19LapsedSessionIsNeverRenewed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		s := loopStore(t, d, "alice")
+		hs := holdAll(t, s, profileKeys(20))
+		rec, _, _ := d.memoryDriver.Get(t.Context(), hs[0].key)
+		old := rec.Session
+		d.setDown(true)
+		time.Sleep(holdTTL)
+		for _, h := range hs {
+			wantStopped(t, h)
+		}
+		d.setDown(false)
+		d.reset()
+		h := mustHold(t, s, "next")
+		time.Sleep(holdTTL)
+		synctest.Wait()
+		_, sessions := d.counts()
+		for _, w := range sessions {
+			if w.ID == old {
+				t.Fatalf("the lapsed session %s was written again: %+v", old, w)
+			}
+		}
+		if rec, _, _ := d.memoryDriver.Get(t.Context(), "next"); rec.Session == old || rec.Session == "" {
+			t.Fatalf("the next Hold's key names session %q; want a new one", rec.Session)
+		}
+		if err := h.Context().Err(); err != nil {
+			t.Fatalf("the new session's Held ended: %v", context.Cause(h.Context()))
+		}
+	})
+}
+
+// TestR23MissingSessionFailsClosed: a key whose record names a session
+// that is missing is neither free nor held: Holder, Holders, Acquire and
+// Hold fail with ErrCorrupt (R23, R10).
+func TestR23MissingSessionFailsClosed(t *testing.T) {
+	ctx := t.Context()
+	d := NewMemoryDriver()
+	rec := Record{Key: "k", Owner: "gone", Epoch: 3, ExpiresAt: SessionKeyExpiry, Session: newSessionID()}
+	if _, err := d.Put(ctx, rec, Precondition{Absent: true}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewDocumentStore(d, WithOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Holder(ctx, "k"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Holder = %v; want ErrCorrupt", err)
+	}
+	if _, err := s.Acquire(ctx, "k"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Acquire = %v; want ErrCorrupt", err)
+	}
+	if _, err := Hold(ctx, s, "k"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Hold = %v; want ErrCorrupt", err)
+	}
+	var errs []error
+	for _, err := range s.Holders(ctx, "") {
+		errs = append(errs, err)
+	}
+	if len(errs) != 1 || !errors.Is(errs[0], ErrCorrupt) {
+		t.Errorf("Holders yielded %v; want one error matching ErrCorrupt", errs)
+	}
+	if got, _, _ := d.Get(ctx, "k"); got != rec {
+		t.Errorf("the record changed: %+v", got)
+	}
+}
+
+// TestR20ConfirmRenewsTheSession: Confirm renews the session now, in one
+// write, and so every Held of it.
+func TestR20ConfirmRenewsTheSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		s := loopStore(t, d, "alice")
+		hs := holdAll(t, s, []string{"a", "b", "c"})
+		time.Sleep(time.Second)
+		d.reset()
+		g, err := hs[0].Confirm(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyWrites, sessions := d.counts()
+		if keyWrites != 0 || len(sessions) != 1 {
+			t.Fatalf("Confirm: %d key writes, %d session writes; want 0 and 1", keyWrites, len(sessions))
+		}
+		for _, h := range hs {
+			if got := h.Grant().ExpiresAt; !got.Equal(g.ExpiresAt) || !got.Equal(sessions[0].ExpiresAt) {
+				t.Fatalf("Held of %q expires at %v after Confirm; want %v", h.key, got, g.ExpiresAt)
+			}
+		}
+	})
+}
+
+// TestR22SweepRemovesOnlyOldUnnamedSessions: a store that starts a
+// session deletes the sessions that expired an hour ago and that no key
+// names, and only those.
+func TestR22SweepRemovesOnlyOldUnnamedSessions(t *testing.T) {
+	ctx := t.Context()
+	clock := newFakeClock()
+	d := NewMemoryDriver().(*memoryDriver)
+	old := clock.Now().Add(-2 * sessionRetention)
+	sessions := map[string]SessionRecord{}
+	for _, name := range []string{"old", "named", "recent"} {
+		exp := old
+		if name == "recent" {
+			exp = clock.Now().Add(-time.Minute)
+		}
+		rec := SessionRecord{ID: newSessionID(), Owner: "gone", ExpiresAt: exp, State: SessionEndedUnclean}
+		if _, err := d.PutSession(ctx, rec, Precondition{Absent: true}); err != nil {
+			t.Fatal(err)
+		}
+		sessions[name] = rec
+	}
+	key := Record{Key: "k", Owner: "gone", Epoch: 1, ExpiresAt: SessionKeyExpiry, Session: sessions["named"].ID}
+	if _, err := d.Put(ctx, key, Precondition{Absent: true}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewDocumentStore(d, WithOwner("alice"), WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := Hold(ctx, s, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Release(ctx)
+	s.Close() // waits for the sweep
+	for name, rec := range sessions {
+		_, _, err := d.GetSession(ctx, rec.ID)
+		if gone := errors.Is(err, ErrNotFound); gone != (name == "old") {
+			t.Errorf("session %q: GetSession = %v; want it removed only if it is the old unnamed one", name, err)
+		}
+	}
+}
+
+// TestR19RenewalAfterAKillLoses: a store whose session another store
+// ended (its clock ahead, R21) loses every Held of it at its next
+// renewal, and never writes the session live again (R19).
+func TestR19RenewalAfterAKillLoses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		alice := loopStore(t, d, "alice")
+		hs := holdAll(t, alice, []string{"a", "b", "c"})
+		ahead := func() time.Time { return time.Now().Add(holdTTL) }
+		bob, err := NewDocumentStore(d, WithOwner("bob"), WithTTL(holdTTL), WithClock(ahead))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bob.Close()
+		if g, err := bob.Acquire(t.Context(), "a"); err != nil || !g.PreviousUnclean {
+			t.Fatalf("bob's Acquire = %+v, %v; want a takeover", g, err)
+		}
+		d.reset()
+		time.Sleep(holdTTL / 2) // alice's next renewal comes and fails
+		for _, h := range hs {
+			wantStopped(t, h)
+		}
+		rec, _, _ := d.memoryDriver.Get(t.Context(), "b")
+		sess, _, err := d.memoryDriver.GetSession(t.Context(), rec.Session)
+		if err != nil || sess.State != SessionEndedUnclean {
+			t.Fatalf("alice's session after the kill: %+v, %v; want it ended unclean", sess, err)
+		}
+	})
+}
+
+// TestR19NoRenewalPastTheDeadline: once the store's own deadline for its
+// session has passed (renewals failed until then), a renewal is refused
+// without a write, even if the session's record has not expired yet
+// (R19).
+func TestR19NoRenewalPastTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		s := loopStore(t, d, "alice")
+		h := mustHold(t, s, "a")
+		g := h.Grant()
+		d.setDown(true)
+		time.Sleep(holdTTL - holdTTL/12) // past the deadline, T - T/6; before the expiry
+		wantStopped(t, h)
+		d.setDown(false)
+		d.reset()
+		if _, err := s.Renew(t.Context(), g); !errors.Is(err, ErrLost) {
+			t.Fatalf("Renew past the session's deadline = %v; want ErrLost", err)
+		}
+		if _, sessions := d.counts(); len(sessions) != 0 {
+			t.Fatalf("the lapsed session was written: %+v", sessions)
+		}
+	})
+}

@@ -240,15 +240,15 @@ func mineOrNil(mine heldGrant, isMine bool) *heldGrant {
 // Renew extends g to now + TTL, keeping its epoch (R6). It costs one
 // conditional write when this instance holds g.
 func (s *DocumentStore) Renew(ctx context.Context, g Grant) (Grant, error) {
+	if ss := s.sessionOfGrant(g); ss != nil {
+		return s.renewInSession(ctx, g, ss) // reported as its session's renewal
+	}
 	next, err := s.renew(ctx, g)
 	s.obs.renewed(g, err, 1)
 	return next, err
 }
 
 func (s *DocumentStore) renew(ctx context.Context, g Grant) (Grant, error) {
-	if ss := s.sessionOfGrant(g); ss != nil {
-		return s.renewInSession(ctx, g, ss)
-	}
 	unlock, err := s.begin(ctx, g.Key)
 	if err != nil {
 		return Grant{}, err

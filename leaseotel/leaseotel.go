@@ -10,8 +10,10 @@
 //
 //	lease.held              up-down counter {lease}        grants held now
 //	lease.acquisitions      counter {acquisition}          lease.takeover (bool)
-//	lease.renewals          counter {renewal}
-//	lease.renewal.failures  counter {failure}              error.type
+//	lease.renewals          counter {renewal}              keys renewed one by one (a driver without sessions)
+//	lease.session.renewals  counter {renewal}              session renewals: one write renews every key of the session
+//	lease.renewal.failures  counter {failure}              error.type (a key's renewal, or a session's)
+//	lease.sessions          counter {session}              lease.session.event (started, ended, killed)
 //	lease.losses            counter {loss}                 lease.loss.cause (taken, expired, closed, deadline)
 //	lease.releases          counter {release}              lease.release.all (bool)
 //	lease.wait.duration     histogram s                    lease.wait.outcome (acquired, gave_up)
@@ -42,17 +44,18 @@ const ScopeName = "github.com/leasekit/lease/leaseotel"
 
 // Attribute keys of the instruments and spans.
 const (
-	AttrStoreKind   = attribute.Key("lease.store.kind")
-	AttrTakeover    = attribute.Key("lease.takeover")
-	AttrLossCause   = attribute.Key("lease.loss.cause")
-	AttrReleaseAll  = attribute.Key("lease.release.all")
-	AttrWaitOutcome = attribute.Key("lease.wait.outcome")
-	AttrStorageOp   = attribute.Key("lease.storage.operation")
-	AttrErrorType   = attribute.Key("error.type")
-	AttrKey         = attribute.Key("lease.key")   // spans only
-	AttrOwner       = attribute.Key("lease.owner") // spans only
-	AttrEpoch       = attribute.Key("lease.epoch") // spans only
-	AttrBatchSize   = attribute.Key("lease.batch.size")
+	AttrStoreKind    = attribute.Key("lease.store.kind")
+	AttrTakeover     = attribute.Key("lease.takeover")
+	AttrLossCause    = attribute.Key("lease.loss.cause")
+	AttrReleaseAll   = attribute.Key("lease.release.all")
+	AttrWaitOutcome  = attribute.Key("lease.wait.outcome")
+	AttrStorageOp    = attribute.Key("lease.storage.operation")
+	AttrErrorType    = attribute.Key("error.type")
+	AttrKey          = attribute.Key("lease.key")   // spans only
+	AttrOwner        = attribute.Key("lease.owner") // spans only
+	AttrEpoch        = attribute.Key("lease.epoch") // spans only
+	AttrBatchSize    = attribute.Key("lease.batch.size")
+	AttrSessionEvent = attribute.Key("lease.session.event")
 )
 
 // Option configures New.
@@ -109,6 +112,12 @@ func New(mp metric.MeterProvider, opts ...Option) (lease.Observer, error) {
 	o.releases, err = m.Int64Counter("lease.releases", metric.WithUnit("{release}"),
 		metric.WithDescription("Grants released."))
 	add(err)
+	o.sessionRenewals, err = m.Int64Counter("lease.session.renewals", metric.WithUnit("{renewal}"),
+		metric.WithDescription("Session renewals: each one write that renews every key attached to the session."))
+	add(err)
+	o.sessions, err = m.Int64Counter("lease.sessions", metric.WithUnit("{session}"),
+		metric.WithDescription("Sessions started, ended (lapsed, ended by another store, or ended clean), and killed (another store's, ended after it expired), by lease.session.event."))
+	add(err)
 	o.waitDuration, err = m.Float64Histogram("lease.wait.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long Hold waited for a held key."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
@@ -133,6 +142,8 @@ type observer struct {
 	renewalFailures metric.Int64Counter
 	losses          metric.Int64Counter
 	releases        metric.Int64Counter
+	sessionRenewals metric.Int64Counter
+	sessions        metric.Int64Counter
 	waitDuration    metric.Float64Histogram
 	storageDuration metric.Float64Histogram
 	tracer          trace.Tracer // nil: no spans
@@ -231,7 +242,26 @@ func (o *observer) Observe(e lease.Event) {
 	case lease.EventStorage:
 		o.storageDuration.Record(ctx, e.Duration.Seconds(), k.storageOptions(e)...)
 		o.span("lease.storage", e)
+	case lease.EventSessionRenewed:
+		if e.Err != nil {
+			o.renewalFailures.Add(ctx, 1, metric.WithAttributes(k.kind, AttrErrorType.String(errorType(e.Err))))
+			return
+		}
+		o.sessionRenewals.Add(ctx, 1, k.base...)
+	case lease.EventSessionStarted, lease.EventSessionEnded, lease.EventSessionKilled:
+		o.sessions.Add(ctx, 1, metric.WithAttributes(k.kind, AttrSessionEvent.String(sessionEvent(e.Kind))))
 	}
+}
+
+// sessionEvent is the lease.session.event attribute of a session event.
+func sessionEvent(kind lease.EventKind) string {
+	switch kind {
+	case lease.EventSessionStarted:
+		return "started"
+	case lease.EventSessionEnded:
+		return "ended"
+	}
+	return "killed"
 }
 
 func (k *kindOptions) lossOptions(c lease.LossCause) []metric.AddOption {

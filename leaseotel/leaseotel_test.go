@@ -229,3 +229,61 @@ func checkNoKeys(t *testing.T, rm metricdata.ResourceMetrics) {
 		}
 	}
 }
+
+// TestSessionMetrics: a store that keeps its Helds through a session
+// counts the session's renewals, not its keys', and its start and end.
+func TestSessionMetrics(t *testing.T) {
+	ctx := t.Context()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	obs, err := leaseotel.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := lease.NewDocumentStore(lease.NewMemoryDriver(), lease.WithOwner("alice"), lease.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var held []*lease.Held
+	for r := range lease.HoldEach(ctx, s, []string{"a", "b", "c"}) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		held = append(held, r.Held)
+	}
+	if _, err := held[0].Confirm(ctx); err != nil { // one session renewal: every key's
+		t.Fatal(err)
+	}
+	if err := s.ReleaseAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := sums(t, rm)
+	kind := attribute.String("lease.store.kind", "memory")
+	for _, c := range []struct {
+		name  string
+		attrs []attribute.KeyValue
+		want  int64
+	}{
+		{"lease.session.renewals", nil, 1},
+		{"lease.sessions", []attribute.KeyValue{attribute.String("lease.session.event", "started")}, 1},
+		{"lease.sessions", []attribute.KeyValue{attribute.String("lease.session.event", "ended")}, 1},
+		{"lease.releases", []attribute.KeyValue{attribute.Bool("lease.release.all", true)}, 3},
+		{"lease.held", nil, 0},
+	} {
+		set := attribute.NewSet(append(c.attrs, kind)...)
+		key := c.name + " " + set.Encoded(attribute.DefaultEncoder())
+		if v, ok := got[key]; !ok || v != c.want {
+			t.Errorf("%s = %d (exported: %v); want %d", key, v, ok, c.want)
+		}
+	}
+	base := attribute.NewSet(kind)
+	if v := got["lease.renewals "+base.Encoded(attribute.DefaultEncoder())]; v != 0 {
+		t.Errorf("lease.renewals = %d; want none: the keys were renewed through their session", v)
+	}
+}

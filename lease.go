@@ -65,8 +65,13 @@
 // # The contract
 //
 // The documentation cites the rules of the contract by number: R1 (keys
-// and owners) to R17 (a Held ends before its grant is given up). They are
-// written out in docs/contract.md in the repository:
+// and owners) to R17 (a Held ends before its grant is given up) for every
+// store, and R18 to R24 for sessions, which keep the keys of a store's
+// Helds alive with one write per period (R18 sessions, R19 renewed never
+// revived, R20 keys follow their session, R21 takeover ends the session
+// first, R22 ending a session, R23 holders judge by the session, R24
+// drivers state sessions). They are written out in docs/contract.md in
+// the repository:
 // https://github.com/leasekit/lease/blob/main/docs/contract.md
 package lease
 

@@ -46,6 +46,18 @@ func TestBrokenDriversFail(t *testing.T) {
 		// R9/R12: a GetMany that answers with the versions of one write
 		// earlier hands the store stale states to compare-and-swap on.
 		{driver: "stale-getmany", wantFailed: `GetMany_fresh_versions`},
+		// R24: a driver stating Sessions that stores every key record's
+		// Session as "" leaves a session-attached key held for good (its
+		// own expiry is lease.SessionKeyExpiry).
+		{driver: "drops-session", wantFailed: `R24/Record.Session_kept_through_Put_and_Get`},
+		// R24 (R18, R19, R21): a PutSession that applies an Absent write
+		// over an existing session (an upsert) revives an ended session
+		// and lets two racing creators both win.
+		{driver: "upsert-session", wantFailed: `R24/(PutSession_compare-and-swap|racing_PutSessions)`},
+		// R24: a driver that states Sessions without the methods is told
+		// which it lacks.
+		{driver: "sessions-unimplemented", wantFailed: `R24`,
+			wantOutput: `states Capabilities.Sessions but is not a lease.SessionDriver: it lacks GetSession, PutSession, RemoveSessions`},
 	} {
 		t.Run(tc.driver+"/"+cmp.Or(tc.only, "all"), func(t *testing.T) {
 			out, artifacts, err := runChild(t, tc.driver, tc.only)
@@ -65,6 +77,9 @@ func TestBrokenDriversFail(t *testing.T) {
 			}
 			if !regexp.MustCompile(tc.wantOutput).MatchString(out) {
 				t.Fatalf("output does not match %q:\n%s", tc.wantOutput, out)
+			}
+			if tc.only != "linearizable" {
+				return
 			}
 			pages, _ := filepath.Glob(filepath.Join(artifacts, "_artifacts", "*", "linearizability.html"))
 			if len(pages) == 0 {
@@ -109,6 +124,12 @@ func TestBrokenDriverChild(t *testing.T) {
 		open = func(*testing.T) lease.Driver {
 			return &staleGetMany{Driver: lease.NewMemoryDriver(), prev: map[string]doc{}}
 		}
+	case "drops-session":
+		open = func(*testing.T) lease.Driver { return dropsSession{memorySessions()} }
+	case "upsert-session":
+		open = func(*testing.T) lease.Driver { return upsertSession{memorySessions()} }
+	case "sessions-unimplemented":
+		open = func(*testing.T) lease.Driver { return sessionsUnimplemented{memorySessions()} }
 	default:
 		t.Fatalf("unknown broken driver %q", name)
 	}
@@ -244,4 +265,55 @@ func (d upsertPutMany) List(ctx context.Context, prefix, after string, limit int
 
 func (d *staleGetMany) List(ctx context.Context, prefix, after string, limit int) ([]lease.Record, error) {
 	return listFrom(ctx, d.Driver, prefix, after, limit)
+}
+
+// sessionMemory is the memory driver as a driver that states sessions:
+// the broken session drivers embed it and change one method. They list
+// (Holders needs it) but have no batches, so that every key write is a Put.
+type sessionMemory interface {
+	lease.SessionDriver
+	lease.DriverInfo
+	lease.ListDriver
+}
+
+func memorySessions() sessionMemory { return lease.NewMemoryDriver().(sessionMemory) }
+
+// dropsSession is a driver that states Sessions but forgets a key
+// record's Session on Put, as a table without the column would.
+type dropsSession struct{ sessionMemory }
+
+func (d dropsSession) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
+	rec.Session = ""
+	return d.sessionMemory.Put(ctx, rec, pre)
+}
+
+// upsertSession is a driver whose PutSession turns an Absent write over an
+// existing session into an overwrite, as an "upsert" statement would; its
+// key writes are right.
+type upsertSession struct{ sessionMemory }
+
+func (d upsertSession) PutSession(ctx context.Context, rec lease.SessionRecord, pre lease.Precondition) (uint64, error) {
+	if _, v, err := d.GetSession(ctx, rec.ID); pre.Absent && err == nil {
+		pre = lease.Precondition{Version: v}
+	}
+	return d.sessionMemory.PutSession(ctx, rec, pre)
+}
+
+// sessionsUnimplemented states Sessions, as the memory driver it wraps
+// does, but has none of SessionDriver's methods.
+type sessionsUnimplemented struct{ d sessionMemory }
+
+func (s sessionsUnimplemented) Name() string                     { return s.d.Name() }
+func (s sessionsUnimplemented) Capabilities() lease.Capabilities { return s.d.Capabilities() }
+func (s sessionsUnimplemented) Close() error                     { return s.d.Close() }
+func (s sessionsUnimplemented) Get(ctx context.Context, key string) (lease.Record, uint64, error) {
+	return s.d.Get(ctx, key)
+}
+
+func (s sessionsUnimplemented) Put(ctx context.Context, rec lease.Record, pre lease.Precondition) (uint64, error) {
+	return s.d.Put(ctx, rec, pre)
+}
+
+func (s sessionsUnimplemented) List(ctx context.Context, prefix, after string, limit int) ([]lease.Record, error) {
+	return s.d.List(ctx, prefix, after, limit)
 }

@@ -1,5 +1,5 @@
 // Package leasetest is the conformance suite of package lease: the rules of
-// its contract (R1-R17, docs/contract.md), a rapid model test, and a
+// its contract (R1-R24, docs/contract.md), a rapid model test, and a
 // porcupine linearizability check, for any lease.Driver or lease.Store; and
 // TestHeldModel, a rapid model of the Held layer above a store (Hold,
 // Release, Confirm, ReleaseAll, Close, waiters and storage faults: R12,
@@ -21,9 +21,11 @@
 // (coordinates separate processes; how finely it keeps ExpiresAt); the suite
 // checks the expiry it states, and a driver stating ServerClock is judged
 // by its server's clock (R8); TestServerClockSkew checks such a driver with
-// hosts ten minutes off the server, given a way to cut a holder off it.
-// TestStore checks a whole Store (open gives
-// every store of one test the same backend: see Shared). The fault wrappers
-// (NewFaultDriver, Slow, GarbageGets) and the history Recorder with
+// hosts ten minutes off the server, given a way to cut a holder off it. A
+// driver stating Sessions must be a lease.SessionDriver that keeps each
+// record's session exactly and its session records by compare-and-swap
+// (R24: TestDriver's "R24" subtests). TestStore checks a whole Store (open
+// gives every store of one test the same backend: see Shared). The fault
+// wrappers (NewFaultDriver, Slow, GarbageGets) and the history Recorder with
 // CheckHistory serve a driver's own tests too.
 package leasetest

@@ -24,15 +24,20 @@ type DriverOpener = func(t *testing.T) lease.Driver
 // a slow link (R5), writes whose outcome is unknown (R9), corrupt records
 // (R10) and the storage round trips of each operation. The optional
 // interfaces the driver implements (BatchDriver's PutMany, BatchReader's
-// GetMany, ListDriver's List) are checked write by write as well.
+// GetMany, ListDriver's List) are checked write by write as well. A driver
+// stating Capabilities.Sessions is checked by the "R24" subtests: it is a
+// lease.SessionDriver, keeps each record's Session exactly, and keeps
+// session records with compare-and-swap as it keeps key records.
 func TestDriver(t *testing.T, open DriverOpener) {
 	caps := lease.DriverCapabilities(Shared(t, func() lease.Driver { return open(t) }))
-	t.Logf("capabilities: cross-process %v, expiry resolution %v, server clock %v", caps.CrossProcess, caps.ExpiryResolution, caps.ServerClock)
+	t.Logf("capabilities: cross-process %v, expiry resolution %v, server clock %v, sessions %v",
+		caps.CrossProcess, caps.ExpiryResolution, caps.ServerClock, caps.Sessions)
 	runStore(t, driverStores(open))
 	for _, c := range driverCases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, open) })
 	}
 	runOptionalCases(t, Shared(t, func() lease.Driver { return open(t) }), open)
+	runSessionCases(t, Shared(t, func() lease.Driver { return open(t) }), open)
 }
 
 // driverStores opens DocumentStores over one driver per test.

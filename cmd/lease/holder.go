@@ -15,19 +15,24 @@ import (
 
 // holderJSON is lease holder --json's output, and each line of lease list
 // --json. Owner, epoch and expires describe a live holder; expires is
-// absent for grants that never expire (the file: store). For a free key,
-// last_owner, last_epoch and released describe what its last holder left
-// (absent if it was never held): released false means that holder ended
-// without releasing, and the next holder gets PreviousUnclean.
+// absent for grants that never expire (the file: store); session names
+// the session the key is attached to (R18), and is absent for a key kept
+// per key. For a free key, last_owner, last_epoch, last_session and
+// released describe what its last holder left (absent if it was never
+// held): released false means that holder ended without releasing, and
+// the next holder gets PreviousUnclean, unless the holder kept the key
+// through a session that ended cleanly (R21, R22).
 type holderJSON struct {
-	Key       string     `json:"key"`
-	Held      bool       `json:"held"`
-	Owner     string     `json:"owner,omitempty"`
-	Epoch     uint64     `json:"epoch,omitempty"`
-	Expires   *time.Time `json:"expires,omitempty"`
-	LastOwner string     `json:"last_owner,omitempty"`
-	LastEpoch uint64     `json:"last_epoch,omitempty"`
-	Released  *bool      `json:"released,omitempty"`
+	Key         string     `json:"key"`
+	Held        bool       `json:"held"`
+	Owner       string     `json:"owner,omitempty"`
+	Epoch       uint64     `json:"epoch,omitempty"`
+	Expires     *time.Time `json:"expires,omitempty"`
+	Session     string     `json:"session,omitempty"`
+	LastOwner   string     `json:"last_owner,omitempty"`
+	LastEpoch   uint64     `json:"last_epoch,omitempty"`
+	LastSession string     `json:"last_session,omitempty"`
+	Released    *bool      `json:"released,omitempty"`
 }
 
 // recordReader is a store that can show a key's record whatever its
@@ -69,24 +74,31 @@ func cmdHolder(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitStore, "%v", err)
 	}
 	defer s.Close()
-	rec, err := s.Holder(ctx, key)
-	switch {
-	case errors.Is(err, lease.ErrNotFound):
-		if err := lastHolder(ctx, s, key, &out); err != nil {
-			return fail(stderr, exitStore, "%v", err)
-		}
-	case err != nil:
+	out, err = lookHolder(ctx, s, key)
+	if err != nil {
 		return fail(stderr, exitStore, "%v", err)
-	default:
-		out = heldJSON(rec)
 	}
 	printHolder(stdout, out, *asJSON, "")
 	return 0
 }
 
-// heldJSON describes a live holder's record.
+// lookHolder describes key's live holder in s, or what its last holder left.
+func lookHolder(ctx context.Context, s lease.Store, key string) (holderJSON, error) {
+	rec, err := s.Holder(ctx, key)
+	switch {
+	case errors.Is(err, lease.ErrNotFound):
+		out := holderJSON{Key: key}
+		return out, lastHolder(ctx, s, key, &out)
+	case err != nil:
+		return holderJSON{}, err
+	}
+	return heldJSON(rec), nil
+}
+
+// heldJSON describes a live holder's record. Its expiry is the record's,
+// which for a session-attached key is the session's (R20, R23).
 func heldJSON(rec lease.Record) holderJSON {
-	out := holderJSON{Key: rec.Key, Held: true, Owner: rec.Owner, Epoch: rec.Epoch}
+	out := holderJSON{Key: rec.Key, Held: true, Owner: rec.Owner, Epoch: rec.Epoch, Session: rec.Session}
 	if !rec.ExpiresAt.IsZero() {
 		exp := rec.ExpiresAt.UTC()
 		out.Expires = &exp
@@ -107,7 +119,7 @@ func lastHolder(ctx context.Context, s lease.Store, key string, out *holderJSON)
 	case err != nil:
 		return err
 	}
-	out.LastOwner, out.LastEpoch, out.Released = rec.Owner, rec.Epoch, &rec.Released
+	out.LastOwner, out.LastEpoch, out.LastSession, out.Released = rec.Owner, rec.Epoch, rec.Session, &rec.Released
 	return nil
 }
 
@@ -123,18 +135,31 @@ func printHolder(w io.Writer, out holderJSON, asJSON bool, why string) {
 	case why != "":
 		fmt.Fprintf(w, "%s is free (%s)\n", out.Key, why)
 	case out.Held && out.Expires == nil:
-		fmt.Fprintf(w, "%s is held by %s (epoch %d), no expiry\n", out.Key, out.Owner, out.Epoch)
+		fmt.Fprintf(w, "%s is held by %s (%s), no expiry\n", out.Key, out.Owner, heldBy(out))
 	case out.Held:
-		fmt.Fprintf(w, "%s is held by %s (epoch %d) until %s\n", out.Key, out.Owner, out.Epoch,
+		fmt.Fprintf(w, "%s is held by %s (%s) until %s\n", out.Key, out.Owner, heldBy(out),
 			out.Expires.Format(time.RFC3339Nano))
 	case out.Released == nil:
 		fmt.Fprintf(w, "%s is free (never held)\n", out.Key)
 	case *out.Released:
 		fmt.Fprintf(w, "%s is free (%s released epoch %d cleanly)\n", out.Key, out.LastOwner, out.LastEpoch)
+	case out.LastSession != "":
+		// Free and not released: its session is over, and how it ended
+		// (R21, R22) decides PreviousUnclean; the key's record cannot say.
+		fmt.Fprintf(w, "%s is free (%s held epoch %d through session %s, which is over: the next holder gets PreviousUnclean unless it ended cleanly)\n",
+			out.Key, out.LastOwner, out.LastEpoch, out.LastSession)
 	default:
 		fmt.Fprintf(w, "%s is free (%s never released epoch %d: the next holder gets PreviousUnclean)\n",
 			out.Key, out.LastOwner, out.LastEpoch)
 	}
+}
+
+// heldBy is the epoch of a live holder, and its session if it has one.
+func heldBy(out holderJSON) string {
+	if out.Session != "" {
+		return fmt.Sprintf("epoch %d, session %s", out.Epoch, out.Session)
+	}
+	return fmt.Sprintf("epoch %d", out.Epoch)
 }
 
 // missingStore returns why nothing can be held when url names a store

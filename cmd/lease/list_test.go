@@ -100,3 +100,148 @@ func TestHolderSaysWhatLastHolderLeft(t *testing.T) {
 		}
 	})
 }
+
+// sessionFixture is a memory backend with a live session (R18) of host-a
+// and two held keys under jobs/: jobs/attached, attached to the session
+// as a store writes it (its own expiry lease.SessionKeyExpiry), and
+// jobs/plain, held per key by the returned store, host-b. jobs/left was
+// released by a holder that kept it through the session.
+func sessionFixture(t *testing.T) (s *lease.DocumentStore, id string) {
+	t.Helper()
+	ctx := t.Context()
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	d := lease.NewMemoryDriver()
+	id = "0123456789abcdef0123456789abcdef"
+	sess := lease.SessionRecord{ID: id, Owner: "host-a", ExpiresAt: now.Add(30 * time.Second), State: lease.SessionLive}
+	if _, err := d.(lease.SessionDriver).PutSession(ctx, sess, lease.Precondition{Absent: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []lease.Record{
+		{Key: "jobs/attached", Owner: "host-a", Epoch: 3, ExpiresAt: lease.SessionKeyExpiry, Session: id},
+		{Key: "jobs/left", Owner: "host-a", Epoch: 5, ExpiresAt: lease.SessionKeyExpiry, Session: id, Released: true},
+	} {
+		if _, err := d.Put(ctx, rec, lease.Precondition{Absent: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := lease.NewDocumentStore(d, lease.WithOwner("host-b"),
+		lease.WithClock(func() time.Time { return now }), lease.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Acquire(ctx, "jobs/plain"); err != nil {
+		t.Fatal(err)
+	}
+	return s, id
+}
+
+// jsonFields decodes one JSON object of lease holder --json or lease list --json.
+func jsonFields(t *testing.T, line string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		t.Fatalf("%q is not a JSON object: %v", line, err)
+	}
+	return m
+}
+
+// TestHolderShowsSession: R18, R23 through the command. lease holder of a
+// key attached to a session names the session in its sentence and in
+// --json's "session"; a key kept per key has no "session" field and the
+// sentence it always had. EXPIRES is the record's: the store fills it with
+// the session's expiry (R20, R23).
+func TestHolderShowsSession(t *testing.T) {
+	ctx := t.Context()
+	s, id := sessionFixture(t)
+	rec, err := s.Holder(ctx, "jobs/attached")
+	if err != nil || rec.Session != id {
+		t.Fatalf("Holder(jobs/attached) = %+v, %v; want the record of session %s", rec, err, id)
+	}
+	for _, tc := range []struct {
+		key, text, session string
+	}{
+		{"jobs/attached", "jobs/attached is held by host-a (epoch 3, session " + id + ") until " + rec.ExpiresAt.UTC().Format(time.RFC3339Nano) + "\n", id},
+		{"jobs/plain", "jobs/plain is held by host-b (epoch 1) until 2026-12-01T08:00:30Z\n", ""},
+	} {
+		out, err := lookHolder(ctx, s, tc.key)
+		if err != nil {
+			t.Fatalf("lookHolder(%s) = %v", tc.key, err)
+		}
+		var text, js bytes.Buffer
+		printHolder(&text, out, false, "")
+		if text.String() != tc.text {
+			t.Errorf("holder %s = %q; want %q", tc.key, text.String(), tc.text)
+		}
+		printHolder(&js, out, true, "")
+		got, has := jsonFields(t, js.String())["session"]
+		switch {
+		case tc.session == "" && has:
+			t.Errorf("holder --json %s = %s; want no \"session\" for a key kept per key", tc.key, js.String())
+		case tc.session != "" && got != tc.session:
+			t.Errorf("holder --json %s = %s; want \"session\":%q", tc.key, js.String(), tc.session)
+		}
+	}
+}
+
+// TestHolderShowsLastSession: R3, R22 through the command. A free key
+// whose last holder kept it through a session shows that session as
+// last_session; one left unreleased says that how the session ended
+// decides PreviousUnclean (R21), not the key's record.
+func TestHolderShowsLastSession(t *testing.T) {
+	ctx := t.Context()
+	s, id := sessionFixture(t)
+	out, err := lookHolder(ctx, s, "jobs/left")
+	if err != nil || out.Held || out.LastSession != id || out.LastEpoch != 5 || out.Released == nil || !*out.Released {
+		t.Fatalf("lookHolder(jobs/left) = %+v, %v; want free, released epoch 5 of session %s", out, err, id)
+	}
+	var js, text bytes.Buffer
+	printHolder(&js, out, true, "")
+	if got := jsonFields(t, js.String())["last_session"]; got != id {
+		t.Errorf("holder --json jobs/left = %s; want \"last_session\":%q", js.String(), id)
+	}
+	printHolder(&text, out, false, "")
+	if want := "jobs/left is free (host-a released epoch 5 cleanly)\n"; text.String() != want {
+		t.Errorf("holder jobs/left = %q; want %q", text.String(), want)
+	}
+
+	unreleased := false
+	out.Released = &unreleased
+	text.Reset()
+	printHolder(&text, out, false, "")
+	want := "jobs/left is free (host-a held epoch 5 through session " + id +
+		", which is over: the next holder gets PreviousUnclean unless it ended cleanly)\n"
+	if text.String() != want {
+		t.Errorf("holder of a key its session left = %q; want %q", text.String(), want)
+	}
+}
+
+// TestListShowsSession: R23 through the command. Each lease list --json
+// line carries its key's "session", and none for a key kept per key; the
+// text lines keep their four columns.
+func TestListShowsSession(t *testing.T) {
+	ctx := t.Context()
+	s, id := sessionFixture(t)
+	var js, text bytes.Buffer
+	if err := listHolders(ctx, s, "jobs/", &js, true); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(js.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("list --json jobs/ = %q; want 2 lines (jobs/left is released)", js.String())
+	}
+	if m := jsonFields(t, lines[0]); m["key"] != "jobs/attached" || m["session"] != id {
+		t.Errorf("list --json line 1 = %s; want jobs/attached with \"session\":%q", lines[0], id)
+	}
+	if m := jsonFields(t, lines[1]); m["key"] != "jobs/plain" || m["session"] != nil {
+		t.Errorf("list --json line 2 = %s; want jobs/plain without \"session\"", lines[1])
+	}
+	if err := listHolders(ctx, s, "jobs/", &text, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(text.String()), "\n") {
+		if n := len(strings.Split(line, "\t")); n != 4 {
+			t.Errorf("list line %q has %d columns; want KEY OWNER EPOCH EXPIRES", line, n)
+		}
+	}
+}

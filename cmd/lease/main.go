@@ -177,7 +177,8 @@ was lost (COMMAND's group is then sent SIGTERM, and SIGKILL after --grace),
 69 if the store fails, 2 on usage errors. COMMAND and everything it started
 are gone before the lease is released, and are killed if lease dies.
 
-lease holder says who holds KEY, or what its last holder left.
+lease holder says who holds KEY (and its session, if any), or what its last
+holder left.
 lease list prints KEY OWNER EPOCH EXPIRES for every held key under PREFIX.
 `
 

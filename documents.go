@@ -769,7 +769,9 @@ func (s *DocumentStore) resolved(op string, p pendingWrite, cause error, rec *Re
 
 // Record returns key's stored record whatever its state (released,
 // expired or live); ErrNotFound if the key was never written. It writes
-// nothing. The command line's `lease holder` uses it to say what a free
+// nothing. A key attached to a session (R20) is returned with its
+// session's expiry, and as released if its session was ended clean
+// (R22); one whose session is missing fails closed (R23). The command line's `lease holder` uses it to say what a free
 // key's last holder left: its epoch and whether it released cleanly.
 func (s *DocumentStore) Record(ctx context.Context, key string) (Record, error) {
 	unlock, err := s.begin(ctx, key)
@@ -784,8 +786,17 @@ func (s *DocumentStore) Record(ctx context.Context, key string) (Record, error) 
 	if rec == nil {
 		return Record{}, ErrNotFound
 	}
-	view, _, err := s.liveView(ctx, "record", *rec, s.now(), sessionsSeen{})
-	return view, err
+	if rec.Released || rec.Session == "" {
+		return *rec, nil
+	}
+	got, err := s.sessionOf(ctx, "record", key, rec.Session, sessionsSeen{})
+	if err != nil {
+		return Record{}, err
+	}
+	view := *rec
+	view.ExpiresAt = got.rec.ExpiresAt
+	view.Released = got.rec.State == SessionEndedClean // released with its session (R22)
+	return view, nil
 }
 
 // decideAcquire applies the acquire rule (decide, R4) to a key's record

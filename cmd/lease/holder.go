@@ -144,9 +144,9 @@ func printHolder(w io.Writer, out holderJSON, asJSON bool, why string) {
 	case *out.Released:
 		fmt.Fprintf(w, "%s is free (%s released epoch %d cleanly)\n", out.Key, out.LastOwner, out.LastEpoch)
 	case out.LastSession != "":
-		// Free and not released: its session is over, and how it ended
-		// (R21, R22) decides PreviousUnclean; the key's record cannot say.
-		fmt.Fprintf(w, "%s is free (%s held epoch %d through session %s, which is over: the next holder gets PreviousUnclean unless it ended cleanly)\n",
+		// Free and not released: its session expired or was ended by a
+		// taker (a clean end reads as released, R22).
+		fmt.Fprintf(w, "%s is free (%s held epoch %d through session %s, which ended without a release: the next holder gets PreviousUnclean)\n",
 			out.Key, out.LastOwner, out.LastEpoch, out.LastSession)
 	default:
 		fmt.Fprintf(w, "%s is free (%s never released epoch %d: the next holder gets PreviousUnclean)\n",

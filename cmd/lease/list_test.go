@@ -210,7 +210,7 @@ func TestHolderShowsLastSession(t *testing.T) {
 	text.Reset()
 	printHolder(&text, out, false, "")
 	want := "jobs/left is free (host-a held epoch 5 through session " + id +
-		", which is over: the next holder gets PreviousUnclean unless it ended cleanly)\n"
+		", which ended without a release: the next holder gets PreviousUnclean)\n"
 	if text.String() != want {
 		t.Errorf("holder of a key its session left = %q; want %q", text.String(), want)
 	}

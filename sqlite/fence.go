@@ -82,8 +82,8 @@ func fenceNowMs(now time.Time) int64 {
 
 // explainFence reads the key's record in tx to say why Fence failed.
 func explainFence(ctx context.Context, tx *sql.Tx, g lease.Grant, now time.Time) error {
-	var cols [5]any
-	err := tx.QueryRowContext(ctx, sqliteGet, g.Key).Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
+	var cols [6]any
+	err := tx.QueryRowContext(ctx, sqliteGet, g.Key).Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5])
 	if errors.Is(err, sql.ErrNoRows) {
 		return fencing.Verdict(g, lease.Record{}, false, now, hostClock)
 	}

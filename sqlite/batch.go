@@ -162,8 +162,9 @@ func (d *sqliteDriver) List(ctx context.Context, prefix, after string, limit int
 }
 
 // eachRow runs a query for the columns key, owner, epoch, expires_ms,
-// released and version (stmt, or query on the read pool if stmt is nil) and calls fn with
-// each row parsed; a row that does not parse comes with its ErrCorrupt.
+// released, version and session (stmt, or query on the read pool if stmt
+// is nil) and calls fn with each row parsed; a row that does not parse
+// comes with its ErrCorrupt.
 // An error from fn stops the rows and is returned.
 func (d *sqliteDriver) eachRow(ctx context.Context, fn func(key string, rec lease.Record, version uint64, err error) error,
 	stmt *sql.Stmt, query string, args ...any) error {
@@ -180,8 +181,8 @@ func (d *sqliteDriver) eachRow(ctx context.Context, fn func(key string, rec leas
 	defer rows.Close()
 	for rows.Next() {
 		var key any
-		var cols [5]any
-		if err := rows.Scan(&key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]); err != nil {
+		var cols [6]any
+		if err := rows.Scan(&key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5]); err != nil {
 			return err
 		}
 		k, ok := key.(string)

@@ -93,7 +93,7 @@ func benchSQLitePutMany(b *testing.B, n int) {
 		}
 		st := tx.Stmt(upd)
 		for i := range n {
-			res, err := st.Exec("bench", 1, ms, 0, int64(version+1), fmt.Sprintf("f/%06d", i), int64(version))
+			res, err := st.Exec("bench", 1, ms, 0, "", int64(version+1), fmt.Sprintf("f/%06d", i), int64(version))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -167,8 +167,8 @@ func benchSQLiteRead(b *testing.B, n int, list bool) {
 		}
 		got := 0
 		for rows.Next() {
-			var cols [6]any
-			if err := rows.Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5]); err != nil {
+			var cols [7]any
+			if err := rows.Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5], &cols[6]); err != nil {
 				b.Fatal(err)
 			}
 			got++

@@ -153,7 +153,7 @@ func newRawFloor(b *testing.B, path string) *rawFloor {
 	}
 	b.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1)
-	mustExec(b, db, "INSERT INTO leases VALUES ('floor', 'bench', 1, 0, 0, 1)")
+	mustExec(b, db, "INSERT INTO leases VALUES ('floor', 'bench', 1, 0, 0, 1, '')")
 	f := &rawFloor{version: 1, ms: time.Now().UnixMilli()}
 	if f.sel, err = db.Prepare(sqliteGet); err != nil {
 		b.Fatal(err)
@@ -170,15 +170,15 @@ func (f *rawFloor) run(b *testing.B, stmts string) time.Duration {
 	start := time.Now()
 	for _, st := range stmts {
 		if st == 'S' {
-			var owner string
+			var owner, session string
 			var epoch, exp, released, v int64
-			if err := f.sel.QueryRow("floor").Scan(&owner, &epoch, &exp, &released, &v); err != nil {
+			if err := f.sel.QueryRow("floor").Scan(&owner, &epoch, &exp, &released, &v, &session); err != nil {
 				b.Fatal(err)
 			}
 			continue
 		}
 		f.ms++
-		res, err := f.upd.Exec("bench", f.version, f.ms, f.version%2, f.version+1, "floor", f.version)
+		res, err := f.upd.Exec("bench", f.version, f.ms, f.version%2, "", f.version+1, "floor", f.version)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -191,3 +191,82 @@ func TestSQLiteFenceHoldsOffTakeover(t *testing.T) {
 		t.Fatalf("the new holder sees %d fenced writes; want 1", n)
 	}
 }
+
+// TestSQLiteFenceSessionGrant_R20: the grant of a session-attached key (a
+// Held's) is live while its record names it, unreleased, and its session
+// is live with an expiry after now by this host's clock, whatever the
+// key's own far-future expiry (R20). Fence proves it and holds off the
+// session's kill (R21) until the transaction ends; otherwise it fails with
+// ErrLost saying the session ended, expired or has no record, and a
+// session row that cannot be read fails closed (R10).
+func TestSQLiteFenceSessionGrant_R20(t *testing.T) {
+	r := newSQLiteFenceRig(t, sqliteBusyTimeout)
+	d := openSQLiteAt(t, r.path).(*sqliteDriver)
+	now := time.Now()
+	attach := func(key string, n int, sess *lease.SessionRecord, released bool) lease.Grant {
+		t.Helper()
+		if sess != nil {
+			sess.ID, sess.Owner = sessID(n), "holder"
+			mustPutSession(t, d, *sess, lease.Precondition{Absent: true})
+		}
+		rec := lease.Record{Key: key, Owner: "holder", Epoch: 4, ExpiresAt: lease.SessionKeyExpiry, Session: sessID(n), Released: released}
+		if _, err := d.Put(ctxBG, rec, lease.Precondition{Absent: true}); err != nil {
+			t.Fatal(err)
+		}
+		return lease.Grant{Key: key, Owner: "holder", Epoch: 4, ExpiresAt: now.Add(time.Hour)}
+	}
+	session := func(exp time.Time, st lease.SessionState) *lease.SessionRecord {
+		return &lease.SessionRecord{ExpiresAt: exp, State: st}
+	}
+	liveSess := session(now.Add(time.Hour), lease.SessionLive)
+	live := attach("live", 1, liveSess, false)
+	clean := attach("clean", 2, session(now.Add(time.Hour), lease.SessionEndedClean), false)
+	unclean := attach("unclean", 3, session(now.Add(time.Hour), lease.SessionEndedUnclean), false)
+	expired := attach("expired", 4, session(now.Add(-time.Second), lease.SessionLive), false)
+	missing := attach("missing", 5, nil, false)
+	released := attach("released", 6, session(now.Add(time.Hour), lease.SessionLive), true)
+	corrupt := attach("corrupt", 7, session(now.Add(time.Hour), lease.SessionLive), false)
+	mustExec(t, r.app, "UPDATE lease_sessions SET state = 9 WHERE id = ?", sessID(7))
+
+	fence := func(g lease.Grant) error {
+		tx := r.begin(t)
+		defer tx.Rollback()
+		return Fence(ctxBG, tx, g)
+	}
+	wantSQLiteFenceLost(t, fence(clean), clean, "its session "+sessID(2)+" ended (ended-clean)")
+	wantSQLiteFenceLost(t, fence(unclean), unclean, "its session "+sessID(3)+" ended (ended-unclean)")
+	wantSQLiteFenceLost(t, fence(expired), expired, "its session "+sessID(4)+" expired at")
+	wantSQLiteFenceLost(t, fence(missing), missing, "its session "+sessID(5)+" has no record")
+	wantSQLiteFenceLost(t, fence(released), released, "released")
+	err := fence(corrupt)
+	testkit.WantStorageErr(t, "Fence with an unreadable session", err)
+	testkit.WantErr(t, "Fence with an unreadable session", err, lease.ErrCorrupt)
+
+	// The live grant: Fence holds the write lock, so a taker's kill of the
+	// session (its busy timeout zero: it answers at once) finds the file
+	// busy until the fenced write commits; then the grant is lost.
+	taker, err := openSQLite(r.path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taker.Close()
+	kill := *liveSess
+	kill.State = lease.SessionEndedUnclean
+	tx := r.begin(t)
+	if err := Fence(ctxBG, tx, live); err != nil {
+		t.Fatalf("Fence of a live session's grant = %v", err)
+	}
+	_, err = taker.(lease.SessionDriver).PutSession(ctxBG, kill, lease.Precondition{Version: 1})
+	wantSQLiteBusy(t, "the session's kill while the fenced transaction is open", err)
+	r.write(t, tx, live, "fenced")
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taker.(lease.SessionDriver).PutSession(ctxBG, kill, lease.Precondition{Version: 1}); err != nil {
+		t.Fatalf("the kill after the commit = %v", err)
+	}
+	wantSQLiteFenceLost(t, fence(live), live, "its session "+sessID(1)+" ended (ended-unclean)")
+	if n := r.count(t, "fenced"); n != 1 {
+		t.Fatalf("%d fenced writes committed; want 1", n)
+	}
+}

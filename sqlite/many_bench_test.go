@@ -39,7 +39,7 @@ func openSQLiteMany(b *testing.B, n int) manybench.Rig {
 		b.Fatal(err)
 	}
 	for i := range n {
-		if _, err := tx.Exec("INSERT INTO leases VALUES (?, 'floor', 1, 0, 0, 1)", manybench.FloorKey(i)); err != nil {
+		if _, err := tx.Exec("INSERT INTO leases VALUES (?, 'floor', 1, 0, 0, 1, '')", manybench.FloorKey(i)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -61,7 +61,7 @@ func openSQLiteMany(b *testing.B, n int) manybench.Rig {
 		stmt := tx.Stmt(update)
 		ms := time.Now().UnixMilli()
 		for i := range n {
-			if _, err := stmt.Exec("floor", 1, ms, 0, version+1, manybench.FloorKey(i), version); err != nil {
+			if _, err := stmt.Exec("floor", 1, ms, 0, "", version+1, manybench.FloorKey(i), version); err != nil {
 				b.Fatal(err)
 			}
 		}

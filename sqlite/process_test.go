@@ -115,8 +115,9 @@ func openAndWrite(path, name string) error {
 
 // TestSQLiteConcurrentFirstOpen: 8 processes open a fresh SQLite file at
 // the same instant (workers started together on a new host), 20 rounds.
-// Every open succeeds and all of them share one table with one schema
-// version in WAL mode (R11: sqlite coordinates processes; issue 9 item 1).
+// Every open succeeds and all of them share one schema (both tables and
+// the index) of one version in WAL mode (R11: sqlite coordinates
+// processes; issue 9 item 1).
 func TestSQLiteConcurrentFirstOpen(t *testing.T) {
 	const procs, rounds = 8, 20
 	children := make([]*childproc.Child, procs)
@@ -141,7 +142,7 @@ func TestSQLiteConcurrentFirstOpen(t *testing.T) {
 		db := rawSQLite(t, path)
 		var tables, version, rows int
 		var mode string
-		if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE type = 'table'").Scan(&tables); err != nil {
+		if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE type IN ('table', 'index')").Scan(&tables); err != nil {
 			t.Fatal(err)
 		}
 		if err := db.QueryRow("SELECT count(*) FROM leases").Scan(&rows); err != nil {
@@ -149,8 +150,8 @@ func TestSQLiteConcurrentFirstOpen(t *testing.T) {
 		}
 		db.QueryRow("PRAGMA user_version").Scan(&version)
 		db.QueryRow("PRAGMA journal_mode").Scan(&mode)
-		if tables != 1 || rows != procs || version != sqliteSchemaVersion || mode != "wal" {
-			t.Fatalf("round %d: %d tables, %d rows, user_version %d, journal_mode %q; want 1, %d, %d, wal",
+		if tables != 3 || rows != procs || version != sqliteSchemaVersion || mode != "wal" {
+			t.Fatalf("round %d: %d tables and indexes, %d rows, user_version %d, journal_mode %q; want 3 (leases, lease_sessions, leases_session), %d, %d, wal",
 				round, tables, rows, version, mode, procs, sqliteSchemaVersion)
 		}
 		db.Close()

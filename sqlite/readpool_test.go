@@ -37,7 +37,7 @@ func TestSQLiteReadsBesideAWrite(t *testing.T) {
 		}
 		defer writer.Close()
 		for _, q := range []string{"BEGIN IMMEDIATE",
-			"INSERT INTO leases VALUES ('pending', 'bob', 1, 0, 0, 1)"} {
+			"INSERT INTO leases VALUES ('pending', 'bob', 1, 0, 0, 1, '')"} {
 			if _, err := writer.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}

@@ -1,6 +1,7 @@
-// Package sqlite is the SQLite document driver of package lease: one
-// table in one file, shared by every process of a host (modernc.org/sqlite,
-// pure Go, no cgo). It imports no other database library.
+// Package sqlite is the SQLite document driver of package lease: a table
+// of leases and one of sessions in one file, shared by every process of a
+// host (modernc.org/sqlite, pure Go, no cgo). It imports no other database
+// library.
 //
 // Importing it registers the "sqlite:" scheme with lease.Open:
 //
@@ -10,7 +11,7 @@
 //
 // Open returns the driver itself, for a store built with
 // lease.NewDocumentStore. The layout, durability and what it refuses:
-// docs/sqlite.md in the repository. The rules it keeps (R1–R17):
+// docs/sqlite.md in the repository. The rules it keeps (R1–R24):
 // docs/contract.md.
 package sqlite
 
@@ -33,80 +34,36 @@ import (
 	"modernc.org/sqlite" // the "sqlite" database/sql driver: pure Go, no cgo
 )
 
-// The SQLite layout is one table that the sqlite3 shell reads directly:
-//
-//	key         TEXT     the leased key (R1), the primary key
-//	owner       TEXT     the owner id of the last grant
-//	epoch       INTEGER  the fencing token (see below)
-//	expires_ms  INTEGER  when the grant ends, in Unix milliseconds of the store's clock
-//	released    INTEGER  1 once the holder released the key, else 0
-//	version     INTEGER  the compare-and-swap version: 1 on insert, +1 on every write
-//
-// SQLite integers are signed 64-bit, epochs are uint64: an epoch is stored
-// as the int64 with the same bits. Every epoch below 2^63 reads as itself;
-// the top half reads as epoch - 2^64 (math.MaxUint64 is -1). Nothing
-// compares epochs in SQL, so the full range round-trips (R2).
-//
-// PRAGMA user_version holds the schema version (sqliteSchemaVersion), so
-// that a later release can tell which layout a file has and migrate it.
-//
-//	sqlite3 leases.db "SELECT key, owner, epoch, datetime(expires_ms/1000, 'unixepoch'), released FROM leases"
+// The SQL of the driver's reads and writes. The layout of the tables they
+// read and write, and how Open makes or migrates it: schema.go.
 const (
-	sqliteSchemaVersion = 1
-	sqliteCreateTable   = `CREATE TABLE leases (
-	key        TEXT    NOT NULL PRIMARY KEY,
-	owner      TEXT    NOT NULL,
-	epoch      INTEGER NOT NULL,
-	expires_ms INTEGER NOT NULL,
-	released   INTEGER NOT NULL,
-	version    INTEGER NOT NULL
-) WITHOUT ROWID`
-
-	sqliteGet    = `SELECT owner, epoch, expires_ms, released, version FROM leases WHERE key = ?`
-	sqliteRowsIn = `SELECT key, owner, epoch, expires_ms, released, version FROM leases WHERE key IN (%s)`
+	sqliteGet    = `SELECT owner, epoch, expires_ms, released, version, session FROM leases WHERE key = ?`
+	sqliteRowsIn = `SELECT key, owner, epoch, expires_ms, released, version, session FROM leases WHERE key IN (%s)`
 	// sqliteList is an index range on the primary key. The key column has
 	// the BINARY collation (memcmp), so ORDER BY key is ascending byte
 	// order and the range [prefix, successor(prefix)) is exactly the keys
 	// that begin with prefix. ?2 is NULL when prefix has no successor.
-	sqliteList = `SELECT key, owner, epoch, expires_ms, released, version FROM leases
+	sqliteList = `SELECT key, owner, epoch, expires_ms, released, version, session FROM leases
 	WHERE key >= ?1 AND (?2 IS NULL OR key < ?2) AND key > ?3 ORDER BY key LIMIT ?4`
-	sqliteInsert = `INSERT INTO leases (key, owner, epoch, expires_ms, released, version)
-	VALUES (?, ?, ?, ?, ?, 1) ON CONFLICT (key) DO NOTHING`
+	sqliteInsert = `INSERT INTO leases (key, owner, epoch, expires_ms, released, session, version)
+	VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (key) DO NOTHING`
 	// The update also requires the row to be one that Get parses and the
 	// store accepts, so that a row corrupted behind a holder's back is not
 	// overwritten by its Renew or Release: the conflict makes the store
 	// re-read and fail with ErrCorrupt (R10). A stored owner equal to the
 	// one written (a renewal's) is valid text as that one is, which spares
-	// a renewal the owner's pattern match.
-	sqliteUpdate = `UPDATE leases SET owner = ?1, epoch = ?2, expires_ms = ?3, released = ?4, version = ?5
-	WHERE key = ?6 AND version = ?7 AND typeof(version) = 'integer'
+	// a renewal the owner's pattern match; a stored session is '' or a
+	// session id (sqliteSessionIDCheck).
+	sqliteUpdate = `UPDATE leases SET owner = ?1, epoch = ?2, expires_ms = ?3, released = ?4, session = ?5, version = ?6
+	WHERE key = ?7 AND version = ?8 AND typeof(version) = 'integer'
 	AND (owner = ?1 OR typeof(owner) = 'text' AND length(owner) BETWEEN 1 AND 256 AND owner NOT GLOB '*[^!-~]*')
 	AND typeof(epoch) = 'integer' AND epoch <> 0
-	AND typeof(expires_ms) = 'integer' AND typeof(released) = 'integer' AND released IN (0, 1)`
+	AND typeof(expires_ms) = 'integer' AND typeof(released) = 'integer' AND released IN (0, 1)
+	AND typeof(session) = 'text' AND (session = '' OR ` + sqliteSessionIDCheck + `)`
+	// sqliteSessionIDCheck is lease.ValidateSessionID in SQL, for a text
+	// value: 32 bytes, each a lowercase hex digit (GLOB is case-sensitive).
+	sqliteSessionIDCheck = `length(session) = 32 AND session NOT GLOB '*[^0-9a-f]*'`
 )
-
-// sqliteColumns is the shape Open accepts: names and declared types
-// in order; only key is the primary key.
-var sqliteColumns = []sqliteColumn{
-	{"key", "TEXT", true},
-	{"owner", "TEXT", false},
-	{"epoch", "INTEGER", false},
-	{"expires_ms", "INTEGER", false},
-	{"released", "INTEGER", false},
-	{"version", "INTEGER", false},
-}
-
-type sqliteColumn struct {
-	name, typ string
-	pk        bool
-}
-
-func (c sqliteColumn) String() string {
-	if c.pk {
-		return c.name + " " + c.typ + " PRIMARY KEY"
-	}
-	return c.name + " " + c.typ
-}
 
 // sqliteNotADB is SQLite's result code for a file that is not a database.
 const sqliteNotADB = 26
@@ -128,9 +85,12 @@ const sqliteWriterCacheKiB = 16 << 10
 // process to finish its write before failing with SQLITE_BUSY.
 const sqliteBusyTimeout = 5 * time.Second
 
-// Open opens the SQLite database file at path as a Driver, creating
-// the file and its leases table if they do not exist. Several processes on
-// one host may open the same file; their stores then lease from each other.
+// Open opens the SQLite database file at path as a Driver (a
+// lease.SessionDriver), creating the file and its tables if they do not
+// exist. Several processes on one host may open the same file; their
+// stores then lease from each other. A file of schema version 1 (before
+// sessions) is migrated in one transaction; a library of that version
+// then refuses the file as newer than itself.
 //
 // Every write is durable before it returns (WAL with synchronous=FULL): a
 // grant survives a crash or power loss (R2). Writes go through one
@@ -142,7 +102,7 @@ const sqliteBusyTimeout = 5 * time.Second
 //
 // Open refuses, without changing anything, a path in a missing
 // directory, a directory, a file that is not an SQLite database, and a
-// database whose leases table or schema version this library did not write.
+// database whose tables or schema version this library did not write.
 // Use a file of its own for leases. Do not open the file with other code in
 // the same process (os.Open and Close would drop SQLite's POSIX locks).
 func Open(path string) (lease.Driver, error) {
@@ -250,19 +210,25 @@ type sqliteDriver struct {
 	insert  *sql.Stmt
 	update  *sql.Stmt
 	list    *sql.Stmt
+	getSess *sql.Stmt // the session statements: session.go
+	putSess *sql.Stmt
+	updSess *sql.Stmt
+	rmSess  *sql.Stmt
 	closed  atomic.Bool
 	commits atomic.Int64 // PutMany's transactions, for the benchmarks' round-trip counts
 }
 
 var (
-	_ lease.BatchDriver = (*sqliteDriver)(nil)
-	_ lease.BatchReader = (*sqliteDriver)(nil)
-	_ lease.ListDriver  = (*sqliteDriver)(nil)
+	_ lease.BatchDriver   = (*sqliteDriver)(nil)
+	_ lease.BatchReader   = (*sqliteDriver)(nil)
+	_ lease.ListDriver    = (*sqliteDriver)(nil)
+	_ lease.SessionDriver = (*sqliteDriver)(nil)
 )
 
-// setup checks the file and its schema, creates the table when the file is
-// new, switches the file to WAL and prepares the statements. It writes
-// nothing to a file it refuses.
+// setup checks the file and its schema, creates the tables when the file
+// is new or migrates them when they are of schema version 1, switches the
+// file to WAL and prepares the statements. It writes nothing to a file it
+// refuses.
 func (d *sqliteDriver) setup(ctx context.Context) error {
 	if err := d.setupFile(ctx); err != nil {
 		return err
@@ -272,7 +238,11 @@ func (d *sqliteDriver) setup(ctx context.Context) error {
 		stmt  **sql.Stmt
 		query string
 		db    *sql.DB
-	}{{&d.get, sqliteGet, d.rdb}, {&d.insert, sqliteInsert, d.db}, {&d.update, sqliteUpdate, d.db}, {&d.list, sqliteList, d.rdb}} {
+	}{
+		{&d.get, sqliteGet, d.rdb}, {&d.insert, sqliteInsert, d.db}, {&d.update, sqliteUpdate, d.db}, {&d.list, sqliteList, d.rdb},
+		{&d.getSess, sqliteGetSession, d.rdb}, {&d.putSess, sqliteInsertSession, d.db}, {&d.updSess, sqliteUpdateSession, d.db},
+		{&d.rmSess, sqliteRemoveSessions, d.db},
+	} {
 		if *p.stmt, err = p.db.PrepareContext(ctx, p.query); err != nil {
 			return err
 		}
@@ -282,10 +252,10 @@ func (d *sqliteDriver) setup(ctx context.Context) error {
 
 // setupFile does setup's checks and changes on one connection, which it
 // gives back to the pool (of one) when done. Several processes may open a
-// new file at the same instant: the check and the creation are one
-// transaction under the write lock, so each opener sees either nothing or
-// the whole schema, and the switch to WAL is retried while another opener
-// holds the lock it needs.
+// new or a version-1 file at the same instant: the check and the creation
+// or migration are one transaction under the write lock, so each opener
+// sees either the old schema or the whole new one, and the switch to WAL
+// is retried while another opener holds the lock it needs.
 func (d *sqliteDriver) setupFile(ctx context.Context) error {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
@@ -334,131 +304,14 @@ func isSQLiteBusy(err error) bool {
 	return errors.As(err, &se) && (se.Code()&0xff == 5 || se.Code()&0xff == 6)
 }
 
-// checkSQLiteSchema reads the schema version and the leases table's shape.
-// It reports create when the file has neither, and an error when they are
-// not what this library writes.
-func checkSQLiteSchema(ctx context.Context, conn *sql.Conn) (create bool, err error) {
-	var version int64
-	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return false, fmt.Errorf("reading the schema version: %w", err)
-	}
-	cols, err := sqliteTableColumns(ctx, conn)
-	if err != nil {
-		return false, err
-	}
-	switch {
-	case len(cols) == 0 && version == 0:
-		return true, nil
-	case len(cols) == 0:
-		return false, fmt.Errorf("user_version is %d but there is no leases table: the file belongs to another program; "+
-			"use a database file of its own for leases", version)
-	case version == 0:
-		return false, fmt.Errorf("a leases table exists, but user_version is 0: it was not made by this library")
-	case version > sqliteSchemaVersion:
-		return false, fmt.Errorf("schema version %d (user_version) is newer than this library's %d: upgrade the library",
-			version, sqliteSchemaVersion)
-	case version != sqliteSchemaVersion:
-		return false, fmt.Errorf("user_version %d is not a lease schema version", version)
-	}
-	return false, checkSQLiteColumns(cols)
-}
-
-// sqliteTableColumns lists the leases table's columns; none if it is absent.
-func sqliteTableColumns(ctx context.Context, conn *sql.Conn) ([]sqliteColumn, error) {
-	rows, err := conn.QueryContext(ctx, "SELECT name, type, pk FROM pragma_table_info('leases')")
-	if err != nil {
-		return nil, fmt.Errorf("reading the leases table: %w", err)
-	}
-	defer rows.Close()
-	var cols []sqliteColumn
-	for rows.Next() {
-		var c sqliteColumn
-		var pk int64
-		if err := rows.Scan(&c.name, &c.typ, &pk); err != nil {
-			return nil, fmt.Errorf("reading the leases table: %w", err)
-		}
-		c.pk = pk != 0
-		cols = append(cols, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading the leases table: %w", err)
-	}
-	return cols, nil
-}
-
-// checkSQLiteColumns refuses a leases table of another shape.
-func checkSQLiteColumns(cols []sqliteColumn) error {
-	ok := len(cols) == len(sqliteColumns)
-	for i := 0; ok && i < len(cols); i++ {
-		want := sqliteColumns[i]
-		ok = cols[i].name == want.name && strings.EqualFold(cols[i].typ, want.typ) && cols[i].pk == want.pk
-	}
-	if ok {
-		return nil
-	}
-	return fmt.Errorf("the leases table has columns (%s), want (%s)", joinColumns(cols), joinColumns(sqliteColumns))
-}
-
-func joinColumns(cols []sqliteColumn) string {
-	s := make([]string, len(cols))
-	for i, c := range cols {
-		s[i] = c.String()
-	}
-	return strings.Join(s, ", ")
-}
-
-// ensureSQLiteSchema checks the schema version and the table's shape and,
-// on a new file, creates them, all in one transaction under the write
-// lock: another process creating them at the same instant is either
-// wholly before or wholly after. A refused file is rolled back untouched.
-func ensureSQLiteSchema(ctx context.Context, conn *sql.Conn) (err error) {
-	// Most opens find the schema in place: check it in a read transaction
-	// (one snapshot), which a writer holding the write lock does not block.
-	create, err := checkSQLiteSchemaRead(ctx, conn)
-	if err != nil || !create {
-		return err
-	}
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
-		}
-	}()
-	create, err = checkSQLiteSchema(ctx, conn)
-	if err != nil {
-		return err
-	}
-	stmts, what := []string{"COMMIT"}, "checking the schema"
-	if create {
-		stmts = []string{sqliteCreateTable, fmt.Sprintf("PRAGMA user_version = %d", sqliteSchemaVersion), "COMMIT"}
-		what = "creating the leases table"
-	}
-	for _, stmt := range stmts {
-		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-	}
-	return nil
-}
-
-// checkSQLiteSchemaRead is checkSQLiteSchema in a read transaction of its own.
-func checkSQLiteSchemaRead(ctx context.Context, conn *sql.Conn) (create bool, err error) {
-	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
-		return false, err
-	}
-	defer func() { _, _ = conn.ExecContext(context.Background(), "ROLLBACK") }()
-	return checkSQLiteSchema(ctx, conn)
-}
-
 // Name returns "sqlite".
 func (d *sqliteDriver) Name() string { return "sqlite" }
 
 // Capabilities: the database file's locks exclude other processes; rows
-// keep ExpiresAt in milliseconds.
+// keep ExpiresAt in milliseconds; sessions are kept in lease_sessions,
+// and each key's session in its row (R24).
 func (*sqliteDriver) Capabilities() lease.Capabilities {
-	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Millisecond}
+	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Millisecond, Sessions: true}
 }
 
 // Get reads key's record. A row with a NULL, non-integer or out-of-range
@@ -467,8 +320,8 @@ func (d *sqliteDriver) Get(ctx context.Context, key string) (lease.Record, uint6
 	if d.closed.Load() {
 		return lease.Record{}, 0, lease.ErrClosed
 	}
-	var cols [5]any
-	err := d.get.QueryRowContext(ctx, key).Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
+	var cols [6]any
+	err := d.get.QueryRowContext(ctx, key).Scan(&cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5])
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return lease.Record{}, 0, lease.ErrNotFound
@@ -478,9 +331,10 @@ func (d *sqliteDriver) Get(ctx context.Context, key string) (lease.Record, uint6
 	return parseSQLiteRow(key, cols)
 }
 
-// parseSQLiteRow turns the columns owner, epoch, expires_ms, released and
-// version into a record, refusing any value this driver would not write.
-func parseSQLiteRow(key string, cols [5]any) (lease.Record, uint64, error) {
+// parseSQLiteRow turns the columns owner, epoch, expires_ms, released,
+// version and session into a record, refusing any value this driver would
+// not write.
+func parseSQLiteRow(key string, cols [6]any) (lease.Record, uint64, error) {
 	owner, ok := cols[0].(string)
 	if !ok {
 		return lease.Record{}, 0, corruptColumn(key, "owner", cols[0], "text")
@@ -500,34 +354,44 @@ func parseSQLiteRow(key string, cols [5]any) (lease.Record, uint64, error) {
 	if version < 1 {
 		return lease.Record{}, 0, corrupt("sqlite row %q: version is %d, want at least 1", key, version)
 	}
+	session, ok := cols[5].(string)
+	if !ok {
+		return lease.Record{}, 0, corruptColumn(key, "session", cols[5], "text")
+	}
+	if session != "" && lease.ValidateSessionID(session) != nil {
+		return lease.Record{}, 0, corrupt("sqlite row %q: session is %q, want '' or a session id of 32 lowercase hex digits", key, session)
+	}
 	rec := lease.Record{
 		Key:       key,
 		Owner:     owner,
 		Epoch:     uint64(epoch), // the stored bits are the uint64's bits
 		ExpiresAt: time.UnixMilli(expiresMs).UTC(),
 		Released:  released == 1,
+		Session:   session,
 	}
 	return rec, uint64(version), nil
 }
 
 // corruptColumn reports a column holding the wrong kind of value.
 func corruptColumn(key, name string, v any, want string) error {
-	var got string
+	return corrupt("sqlite row %q: %s is %s, want %s", key, name, describeValue(v), want)
+}
+
+// describeValue names an SQLite value and its kind, for an error.
+func describeValue(v any) string {
 	switch v := v.(type) {
 	case nil:
-		got = "NULL"
+		return "NULL"
 	case int64:
-		got = fmt.Sprintf("the integer %d", v)
+		return fmt.Sprintf("the integer %d", v)
 	case float64:
-		got = fmt.Sprintf("the real %v", v)
+		return fmt.Sprintf("the real %v", v)
 	case string:
-		got = fmt.Sprintf("the text %q", v)
+		return fmt.Sprintf("the text %q", v)
 	case []byte:
-		got = fmt.Sprintf("a %d-byte blob", len(v))
-	default:
-		got = fmt.Sprintf("%T", v)
+		return fmt.Sprintf("a %d-byte blob", len(v))
 	}
-	return corrupt("sqlite row %q: %s is %s, want %s", key, name, got, want)
+	return fmt.Sprintf("%T", v)
 }
 
 // Put writes rec in one statement if pre holds: an INSERT that does nothing
@@ -555,14 +419,14 @@ func (d *sqliteDriver) putWith(ctx context.Context, insert, update *sql.Stmt, re
 	next := uint64(1)
 	switch {
 	case pre.Absent:
-		res, err = insert.ExecContext(ctx, rec.Key, rec.Owner, epoch, expiresMs, released)
+		res, err = insert.ExecContext(ctx, rec.Key, rec.Owner, epoch, expiresMs, released, rec.Session)
 	case pre.Version == 0 || pre.Version > math.MaxInt64:
 		return 0, lease.ErrConflict // no stored row has such a version
 	case pre.Version == math.MaxInt64:
 		return 0, fmt.Errorf("version %d is the largest SQLite stores", pre.Version)
 	default:
 		next = pre.Version + 1
-		res, err = update.ExecContext(ctx, rec.Owner, epoch, expiresMs, released, int64(next), rec.Key, int64(pre.Version))
+		res, err = update.ExecContext(ctx, rec.Owner, epoch, expiresMs, released, rec.Session, int64(next), rec.Key, int64(pre.Version))
 	}
 	if err != nil {
 		return 0, err
@@ -606,7 +470,7 @@ func (d *sqliteDriver) Close() error {
 // closeAll closes the statements and both pools.
 func (d *sqliteDriver) closeAll() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{d.get, d.insert, d.update, d.list} {
+	for _, s := range []*sql.Stmt{d.get, d.insert, d.update, d.list, d.getSess, d.putSess, d.updSess, d.rmSess} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}

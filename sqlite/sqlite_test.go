@@ -207,7 +207,7 @@ func TestSQLiteOpenRefusesBadInput(t *testing.T) {
 			"CREATE TABLE leases (key TEXT PRIMARY KEY, owner TEXT, epoch TEXT, expires_ms INTEGER, released INTEGER, version INTEGER)",
 			"PRAGMA user_version = 1"), want: "epoch TEXT"},
 		{name: "leases table without a schema version", prepare: makeDB(sqliteCreateTable), want: "not made by this library"},
-		{name: "newer schema version", prepare: makeDB(sqliteCreateTable, "PRAGMA user_version = 2"), want: "newer than this library"},
+		{name: "newer schema version", prepare: makeDB(sqliteCreateTable, sqliteCreateSessions, "PRAGMA user_version = 3"), want: "newer than this library"},
 		{name: "another program's database", prepare: makeDB(
 			"CREATE TABLE users (id INTEGER PRIMARY KEY)", "PRAGMA user_version = 7"), want: "no leases table"},
 		{name: "schema version without the table", prepare: makeDB(
@@ -223,25 +223,9 @@ func TestSQLiteOpenRefusesBadInput(t *testing.T) {
 			if tc.prepare != nil {
 				tc.prepare(t, path)
 			}
-			before := testfs.Snapshot(t, dir)
-			d, err := Open(path)
-			if err == nil {
-				d.Close()
-				t.Fatalf("Open succeeded; want an error containing %q", tc.want)
-			}
-			t.Logf("Open: %v", err)
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Open = %v; want an error containing %q", err, tc.want)
-			}
+			err := wantOpenRefused(t, dir, path, tc.want)
 			if tc.is != nil && !errors.Is(err, tc.is) {
 				t.Fatalf("Open = %v; want it to match %v", err, tc.is)
-			}
-			if after := testfs.Snapshot(t, dir); after != before {
-				t.Fatalf("the directory changed:\nbefore %s\nafter  %s", before, after)
-			}
-			if s, err := lease.Open(ctxBG, "sqlite:"+path); err == nil {
-				s.Close()
-				t.Fatal("Open(sqlite:) succeeded where Open failed")
 			}
 		})
 	}
@@ -313,13 +297,38 @@ func TestSQLiteCorruptRows(t *testing.T) {
 	t.Run("non-integer epoch in the library's own table", func(t *testing.T) {
 		d := openTestSQLite(t)
 		path := d.(*sqliteDriver).path
-		mustExec(t, rawSQLite(t, path), "INSERT INTO leases VALUES ('k', 'alice', 'x', 0, 0, 1)")
+		mustExec(t, rawSQLite(t, path), "INSERT INTO leases VALUES ('k', 'alice', 'x', 0, 0, 1, '')")
 		_, _, err := d.Get(ctxBG, "k")
 		testkit.WantErr(t, "Get", err, lease.ErrCorrupt)
 		if !strings.Contains(err.Error(), `epoch is the text "x", want an integer`) {
 			t.Fatalf("Get = %v; want it to say what the epoch is", err)
 		}
 	})
+}
+
+// wantOpenRefused opens path, in dir, with Open and with lease.Open, and
+// fails the test unless both fail, Open with one line containing want,
+// and dir is exactly as it was. It returns Open's error.
+func wantOpenRefused(t *testing.T, dir, path, want string) error {
+	t.Helper()
+	before := testfs.Snapshot(t, dir)
+	d, err := Open(path)
+	if err == nil {
+		d.Close()
+		t.Fatalf("Open succeeded; want an error containing %q", want)
+	}
+	t.Logf("Open: %v", err)
+	if !strings.Contains(err.Error(), want) || !isOneLine(err) {
+		t.Fatalf("Open = %v; want one line containing %q", err, want)
+	}
+	if after := testfs.Snapshot(t, dir); after != before {
+		t.Fatalf("the directory changed:\nbefore %s\nafter  %s", before, after)
+	}
+	if s, err := lease.Open(ctxBG, "sqlite:"+path); err == nil {
+		s.Close()
+		t.Fatal("Open(sqlite:) succeeded where Open failed")
+	}
+	return err
 }
 
 func quoteRow(t *testing.T, db *sql.DB, key string) string {
@@ -405,6 +414,12 @@ func TestSQLiteLockWaitHonoursContext(t *testing.T) {
 func wantBusy(t *testing.T, op string, err error) {
 	t.Helper()
 	testkit.WantStorageErr(t, op, err)
+	wantSQLiteBusy(t, op, err)
+}
+
+// wantSQLiteBusy fails the test unless err carries SQLITE_BUSY.
+func wantSQLiteBusy(t *testing.T, op string, err error) {
+	t.Helper()
 	var se *sqlite.Error
 	if !errors.As(err, &se) || se.Code()&0xff != 5 { // SQLITE_BUSY and its extended codes
 		t.Fatalf("%s = %v; want it to carry SQLITE_BUSY", op, err)
@@ -511,7 +526,7 @@ func TestSQLiteOddPath(t *testing.T) {
 func TestSQLiteCorruptHeldRow_R10(t *testing.T) {
 	for _, set := range []string{"epoch = 'x'", "owner = ''", "owner = 'a b'", "epoch = 0", "released = 2", "expires_ms = 1.5",
 		"owner = x'616c696365'", "epoch = x'01'", "epoch = 1.5", "released = '0x'", "released = 0.5", "released = x'00'",
-		"expires_ms = 'soon'"} {
+		"expires_ms = 'soon'", "session = 'xyz'", "session = x'00'", "session = 'ABCDEF0123456789ABCDEF0123456789'", "session = 7"} {
 		t.Run(set, func(t *testing.T) {
 			d := openTestSQLite(t)
 			if d.Name() != "sqlite" {
@@ -521,7 +536,7 @@ func TestSQLiteCorruptHeldRow_R10(t *testing.T) {
 			s := testkit.NewDocStore(t, d, testclock.New(), "alice")
 			g := testkit.MustAcquire(t, s, "k")
 			mustExec(t, db, "UPDATE leases SET "+set+" WHERE key = 'k'")
-			before := quoteRow(t, db, "k")
+			before := quoteRow(t, db, "k") + quoteSessionColumn(t, db, "k")
 			_, err := s.Renew(ctxBG, g)
 			testkit.WantStorageErr(t, "Renew", err)
 			testkit.WantErr(t, "Renew", err, lease.ErrCorrupt)
@@ -530,7 +545,7 @@ func TestSQLiteCorruptHeldRow_R10(t *testing.T) {
 			testkit.WantErr(t, "Release", err, lease.ErrCorrupt)
 			_, err = s.Acquire(ctxBG, "k")
 			testkit.WantErr(t, "Acquire", err, lease.ErrCorrupt)
-			if after := quoteRow(t, db, "k"); after != before {
+			if after := quoteRow(t, db, "k") + quoteSessionColumn(t, db, "k"); after != before {
 				t.Fatalf("row changed from %s to %s", before, after)
 			}
 		})

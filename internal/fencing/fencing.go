@@ -29,7 +29,8 @@ func CheckGrant(g lease.Grant) error {
 // epoch, unreleased, and now, read from the clock that judges expiry
 // (clock names it: "this host's clock", "the server's clock"), is before
 // its expiry (R6's test), else an error matching lease.ErrLost that says
-// which of these failed.
+// which of these failed. A session-attached record's expiry is its
+// session's, which SessionVerdict judges (R20).
 func Verdict(g lease.Grant, rec lease.Record, found bool, now time.Time, clock string) error {
 	var why string
 	switch {
@@ -39,12 +40,37 @@ func Verdict(g lease.Grant, rec lease.Record, found bool, now time.Time, clock s
 		why = fmt.Sprintf("the record names %q at epoch %d", rec.Owner, rec.Epoch)
 	case rec.Released:
 		why = "the grant was released"
-	case !now.Before(rec.ExpiresAt):
+	case rec.Session == "" && !now.Before(rec.ExpiresAt):
 		why = fmt.Sprintf("the grant expired at %s (now %s by %s)",
 			rec.ExpiresAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), clock)
 	default:
 		return nil
 	}
+	return lost(g, why)
+}
+
+// SessionVerdict judges, once Verdict passed a session-attached record,
+// the session it names (id) as the fencing statement found it (found
+// false: the session has no record): nil while it is live and now is
+// before its expiry (R20), else an error matching lease.ErrLost that says
+// which of these failed.
+func SessionVerdict(g lease.Grant, id string, sess lease.SessionRecord, found bool, now time.Time, clock string) error {
+	var why string
+	switch {
+	case !found:
+		why = fmt.Sprintf("its session %s has no record", id)
+	case sess.State != lease.SessionLive:
+		why = fmt.Sprintf("its session %s ended (%s)", id, sess.State)
+	case !now.Before(sess.ExpiresAt):
+		why = fmt.Sprintf("its session %s expired at %s (now %s by %s)", id,
+			sess.ExpiresAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), clock)
+	default:
+		return nil
+	}
+	return lost(g, why)
+}
+
+func lost(g lease.Grant, why string) error {
 	return fmt.Errorf("%w: %q epoch %d: %s", lease.ErrLost, g.Key, g.Epoch, why)
 }
 

@@ -276,22 +276,30 @@ func sameState(a, b lease.Record) bool {
 // Get refuses an over-long owner anyway. It ends in \z, not $: in
 // MongoDB's PCRE, $ also matches before a final newline, so "alice\n"
 // would pass; \z is the very end in PCRE and in Go's regexp (FerretDB).
-// session is absent (a document from before sessions) or a string that
+// No field may be an array (see scalar). session is absent (a document from before sessions) or a string that
 // is "" or a session id.
 func mongoUpdateFilter(key string, version uint64) bson.D {
 	return bson.D{
 		{Key: "_id", Value: key},
-		{Key: "version", Value: bson.D{{Key: "$eq", Value: int64(version)}, {Key: "$type", Value: "long"}}},
-		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: ownerPattern}}},
-		{Key: "epoch", Value: bson.D{{Key: "$type", Value: "long"}, {Key: "$ne", Value: int64(0)}}},
-		{Key: "expires", Value: bson.D{{Key: "$type", Value: "date"}}},
-		{Key: "released", Value: bson.D{{Key: "$type", Value: "bool"}}},
+		{Key: "version", Value: scalar(bson.E{Key: "$eq", Value: int64(version)}, bson.E{Key: "$type", Value: "long"})},
+		{Key: "owner", Value: scalar(bson.E{Key: "$type", Value: "string"}, bson.E{Key: "$regex", Value: ownerPattern})},
+		{Key: "epoch", Value: scalar(bson.E{Key: "$type", Value: "long"}, bson.E{Key: "$ne", Value: int64(0)})},
+		{Key: "expires", Value: scalar(bson.E{Key: "$type", Value: "date"})},
+		{Key: "released", Value: scalar(bson.E{Key: "$type", Value: "bool"})},
 		{Key: "$or", Value: bson.A{
 			bson.D{{Key: "session", Value: bson.D{{Key: "$exists", Value: false}}}},
-			bson.D{{Key: "session", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: sessionPattern},
-				{Key: "$not", Value: bson.D{{Key: "$type", Value: "array"}}}}}}, // $type and $regex match an array's elements
+			bson.D{{Key: "session", Value: scalar(bson.E{Key: "$type", Value: "string"}, bson.E{Key: "$regex", Value: sessionPattern})}},
 		}},
 	}
+}
+
+// scalar is a guard's condition on one field: ops, on a field that is not
+// an array. A query operator matches an array field when it matches one
+// of its elements, so without it a document whose owner was hand-edited
+// to ["alice"] (or whose epoch to [NumberLong(1)]) would pass, and a
+// write would overwrite what Get refuses as corrupt (R10).
+func scalar(ops ...bson.E) bson.D {
+	return append(bson.D(ops), bson.E{Key: "$not", Value: bson.D{{Key: "$type", Value: "array"}}})
 }
 
 // ownerPattern and sessionPattern are the update guards' patterns for an

@@ -171,11 +171,11 @@ func (d *mongoDriver) updateSession(ctx context.Context, rec lease.SessionRecord
 func mongoSessionFilter(id string, version uint64) bson.D {
 	return bson.D{
 		{Key: "_id", Value: id},
-		{Key: "version", Value: bson.D{{Key: "$eq", Value: int64(version)}, {Key: "$type", Value: "long"}}},
-		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: ownerPattern}}},
-		{Key: "expires", Value: bson.D{{Key: "$type", Value: "date"}}},
-		{Key: "state", Value: bson.D{{Key: "$type", Value: "int"},
-			{Key: "$gte", Value: int32(lease.SessionLive)}, {Key: "$lte", Value: int32(lease.SessionEndedUnclean)}}},
+		{Key: "version", Value: scalar(bson.E{Key: "$eq", Value: int64(version)}, bson.E{Key: "$type", Value: "long"})},
+		{Key: "owner", Value: scalar(bson.E{Key: "$type", Value: "string"}, bson.E{Key: "$regex", Value: ownerPattern})},
+		{Key: "expires", Value: scalar(bson.E{Key: "$type", Value: "date"})},
+		{Key: "state", Value: scalar(bson.E{Key: "$type", Value: "int"},
+			bson.E{Key: "$gte", Value: int32(lease.SessionLive)}, bson.E{Key: "$lte", Value: int32(lease.SessionEndedUnclean)})},
 	}
 }
 

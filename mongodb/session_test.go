@@ -269,6 +269,10 @@ func TestMongoCorruptSessionDocuments_R10(t *testing.T) {
 		{"missing version", drop(good(sessionID(10)), "version")},
 		{"version 0", set(good(sessionID(11)), "version", int64(0))},
 		{"int32 version", set(good(sessionID(12)), "version", int32(2))},
+		{"owner in an array", set(good(sessionID(13)), "owner", bson.A{"o"})},
+		{"expires in an array", set(good(sessionID(14)), "expires", bson.A{bson.NewDateTimeFromTime(t0)})},
+		{"state in an array", set(good(sessionID(15)), "state", bson.A{int32(1)})},
+		{"version in an array", set(good(sessionID(16)), "version", bson.A{int64(2)})},
 		{"upper-case id", good(strings.ToUpper(sessionID(0xabc)))},
 		{"short id", good("abc")},
 	}

@@ -154,8 +154,6 @@ func benchPair(b *testing.B, p *mongoproxy.Proxy, store, floor func(i int) error
 	b.ReportMetric(float64(floorTrips)/n, "floor-roundtrips/op")
 }
 
-func byID(key string) bson.D { return bson.D{{Key: "_id", Value: key}} }
-
 // benchFields are the fields a lease document carries besides _id.
 func benchFields(version int64) bson.D {
 	return bson.D{{Key: "owner", Value: "bench"}, {Key: "epoch", Value: int64(1)},

@@ -24,6 +24,10 @@ func isOneLine(err error) bool { return !strings.ContainsAny(err.Error(), "\n\r"
 func FuzzMongoRecord(f *testing.F) {
 	for _, doc := range []bson.D{
 		append(bson.D{{Key: "_id", Value: "k"}}, mongoFields(lease.Record{Owner: "alice", Epoch: 3, ExpiresAt: t0, Released: true}, 2)...),
+		append(bson.D{{Key: "_id", Value: "k"}}, mongoFields(lease.Record{Owner: "alice", Epoch: 3, ExpiresAt: lease.SessionKeyExpiry,
+			Session: "0123456789abcdef0123456789abcdef"}, 2)...),
+		{{Key: "_id", Value: "k"}, {Key: "owner", Value: "x"}, {Key: "epoch", Value: int64(1)}, {Key: "expires", Value: bson.DateTime(0)},
+			{Key: "released", Value: false}, {Key: "version", Value: int64(1)}, {Key: "session", Value: "0123456789ABCDEF0123456789ABCDEF"}},
 		{{Key: "_id", Value: "k"}, {Key: "owner", Value: "x"}, {Key: "epoch", Value: "3"}},
 		{{Key: "_id", Value: int64(1)}},
 		append(bson.D{{Key: "_id", Value: "a/b"}}, mongoFields(lease.Record{Owner: "~", Epoch: math.MaxUint64, ExpiresAt: time.UnixMilli(-1)}, math.MaxInt64)...),
@@ -54,6 +58,48 @@ func FuzzMongoRecord(f *testing.F) {
 		again, v2, err := decodeMongoRecord(mongoDoc(t, rec, v))
 		if err != nil || again != rec || v2 != v {
 			t.Fatalf("round trip of %+v v%d through Put's fields: %+v v%d, %v", rec, v, again, v2, err)
+		}
+	})
+}
+
+// FuzzMongoSession feeds decodeMongoSession arbitrary bytes as a BSON
+// document. It must never panic; a refusal matches lease.ErrCorrupt and
+// fits one line (R10); a record it accepts passes
+// lease.CheckSessionRecord and round-trips through the fields PutSession
+// writes.
+func FuzzMongoSession(f *testing.F) {
+	id := "0123456789abcdef0123456789abcdef"
+	for _, doc := range []bson.D{
+		append(byID(id), mongoSessionFields(lease.SessionRecord{ID: id, Owner: "alice", ExpiresAt: t0, State: lease.SessionLive}, 2)...),
+		append(byID(id), mongoSessionFields(lease.SessionRecord{ID: id, Owner: "~", ExpiresAt: time.UnixMilli(-1), State: 3}, math.MaxInt64)...),
+		{{Key: "_id", Value: id}, {Key: "owner", Value: "x"}, {Key: "expires", Value: bson.DateTime(0)}, {Key: "state", Value: int32(257)}, {Key: "version", Value: int64(1)}},
+		{{Key: "_id", Value: "XYZ"}, {Key: "owner", Value: "x"}, {Key: "expires", Value: bson.DateTime(0)}, {Key: "state", Value: int32(1)}, {Key: "version", Value: int64(1)}},
+		{{Key: "_id", Value: int64(1)}},
+	} {
+		b, err := bson.Marshal(doc)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rec, v, err := decodeMongoSession(bson.Raw(data))
+		if err != nil {
+			if !errors.Is(err, lease.ErrCorrupt) || !isOneLine(err) {
+				t.Fatalf("decodeMongoSession(%x) = %v; want one line matching lease.ErrCorrupt", data, err)
+			}
+			return
+		}
+		if lease.CheckSessionRecord(rec) != nil || v < 1 || rec.ExpiresAt.Location() != time.UTC {
+			t.Fatalf("decodeMongoSession(%x) = %+v v%d", data, rec, v)
+		}
+		b, err := bson.Marshal(append(byID(rec.ID), mongoSessionFields(rec, v)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, v2, err := decodeMongoSession(b)
+		if err != nil || again != rec || v2 != v {
+			t.Fatalf("round trip of %+v v%d through PutSession's fields: %+v v%d, %v", rec, v, again, v2, err)
 		}
 	})
 }

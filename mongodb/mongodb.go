@@ -65,28 +65,36 @@ func AllowUnsafeServer() Option { return func(c *config) { c.allowUnsafe = true 
 
 // mongoDriver keeps one document per key in a collection:
 //
-//	{_id: key, owner: string, epoch: int64, expires: date, released: bool, version: int64}
+//	{_id: key, owner: string, epoch: int64, expires: date, released: bool, session: string, version: int64}
 //
+// session names the session the key is attached to (R18), "" when it is
+// kept per key; a document written before sessions has none, and reads
+// as "".
 // epoch holds the uint64 epoch's bit pattern, so epochs above
 // math.MaxInt64 read as negative numbers in mongosh but round-trip exactly.
 // version starts at 1 and counts writes; it is what Put's precondition
 // compares. Writes use majority write concern with journaling; reads go to
 // the primary with majority read concern, so that a re-read (R9) never
-// sees a write that a failover could still roll back.
+// sees a write that a failover could still roll back. Session records
+// live in a second collection of the same database (see session.go).
 type mongoDriver struct {
 	coll       *mongo.Collection
-	clock      *serverClock // the sample of the server's clock (R8)
-	chunk      int          // writes per bulkWrite
-	ownsClient bool         // made by Open: Close disconnects the client
+	sessions   *mongo.Collection // <coll>_sessions, with coll's concerns
+	clock      *serverClock      // the sample of the server's clock (R8)
+	chunk      int               // writes per bulkWrite
+	ownsClient bool              // made by Open: Close disconnects the client
 	closed     atomic.Bool
 }
 
 // NewDriver returns a driver that keeps leases in coll, one document
 // per key. It uses coll's client but its own write concern (majority,
 // journaled), read preference (primary) and read concern (majority).
-// Close does not disconnect coll's client: the caller owns it.
+// Close does not disconnect coll's client: the caller owns it. Session
+// records (R18) go to the collection named coll's name plus "_sessions",
+// in coll's database.
 //
-// It first asks the server for buildInfo and refuses a server known not to
+// It creates, if they are missing, the index {session: 1} on coll and
+// {expires: 1} on the session collection, which RemoveSessions uses. It first asks the server for buildInfo and refuses a server known not to
 // apply a conditional single-document update atomically (FerretDB), unless
 // AllowUnsafeServer is given.
 func NewDriver(coll *mongo.Collection, opts ...Option) (lease.Driver, error) {
@@ -111,13 +119,21 @@ func newMongoDriver(ctx context.Context, coll *mongo.Collection, opts []Option) 
 		return nil, errFerretDB
 	}
 	journal := true
-	coll = coll.Clone(options.Collection().
+	concerns := options.Collection().
 		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}).
 		SetReadPreference(readpref.Primary()).
-		SetReadConcern(readconcern.Majority()))
-	d := &mongoDriver{coll: coll, clock: &serverClock{db: coll.Database()}, chunk: mongoBatchChunk}
+		SetReadConcern(readconcern.Majority())
+	d := &mongoDriver{
+		coll:     coll.Clone(concerns),
+		sessions: coll.Database().Collection(coll.Name()+sessionCollectionSuffix, concerns),
+		clock:    &serverClock{db: coll.Database()},
+		chunk:    mongoBatchChunk,
+	}
 	if ferret {
 		d.chunk = ferretBatchChunk
+	}
+	if err := d.createIndexes(ctx); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
@@ -149,9 +165,10 @@ func (d *mongoDriver) Name() string { return "mongodb" }
 
 // Capabilities: the server's conditional updates exclude every client;
 // BSON dates keep milliseconds; every call reports the server's clock,
-// from hello's localTime (withServerClock).
+// from hello's localTime (withServerClock); session records are kept
+// beside the keys, with the same compare-and-swap (R24).
 func (*mongoDriver) Capabilities() lease.Capabilities {
-	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Millisecond, ServerClock: true}
+	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Millisecond, ServerClock: true, Sessions: true}
 }
 
 // Get reads key's document from the primary.
@@ -167,7 +184,7 @@ func (d *mongoDriver) Get(ctx context.Context, key string) (rec lease.Record, ve
 }
 
 func (d *mongoDriver) get(ctx context.Context, key string) (lease.Record, uint64, error) {
-	raw, err := d.coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Raw()
+	raw, err := d.coll.FindOne(ctx, byID(key)).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return lease.Record{}, 0, lease.ErrNotFound
 	}
@@ -246,7 +263,8 @@ func withMillis(rec lease.Record) lease.Record {
 
 // sameState reports whether two records of a key say the same thing.
 func sameState(a, b lease.Record) bool {
-	return a.Owner == b.Owner && a.Epoch == b.Epoch && a.Released == b.Released && a.ExpiresAt.Equal(b.ExpiresAt)
+	return a.Owner == b.Owner && a.Epoch == b.Epoch && a.Released == b.Released && a.ExpiresAt.Equal(b.ExpiresAt) &&
+		a.Session == b.Session
 }
 
 // mongoUpdateFilter matches key's document at version, and only if it is
@@ -258,16 +276,42 @@ func sameState(a, b lease.Record) bool {
 // Get refuses an over-long owner anyway. It ends in \z, not $: in
 // MongoDB's PCRE, $ also matches before a final newline, so "alice\n"
 // would pass; \z is the very end in PCRE and in Go's regexp (FerretDB).
+// No field may be an array (see scalar). session is absent (a document from before sessions) or a string that
+// is "" or a session id.
 func mongoUpdateFilter(key string, version uint64) bson.D {
 	return bson.D{
 		{Key: "_id", Value: key},
-		{Key: "version", Value: bson.D{{Key: "$eq", Value: int64(version)}, {Key: "$type", Value: "long"}}},
-		{Key: "owner", Value: bson.D{{Key: "$type", Value: "string"}, {Key: "$regex", Value: `^[!-~]+\z`}}},
-		{Key: "epoch", Value: bson.D{{Key: "$type", Value: "long"}, {Key: "$ne", Value: int64(0)}}},
-		{Key: "expires", Value: bson.D{{Key: "$type", Value: "date"}}},
-		{Key: "released", Value: bson.D{{Key: "$type", Value: "bool"}}},
+		{Key: "version", Value: scalar(bson.E{Key: "$eq", Value: int64(version)}, bson.E{Key: "$type", Value: "long"})},
+		{Key: "owner", Value: scalar(bson.E{Key: "$type", Value: "string"}, bson.E{Key: "$regex", Value: ownerPattern})},
+		{Key: "epoch", Value: scalar(bson.E{Key: "$type", Value: "long"}, bson.E{Key: "$ne", Value: int64(0)})},
+		{Key: "expires", Value: scalar(bson.E{Key: "$type", Value: "date"})},
+		{Key: "released", Value: scalar(bson.E{Key: "$type", Value: "bool"})},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: "session", Value: bson.D{{Key: "$exists", Value: false}}}},
+			bson.D{{Key: "session", Value: scalar(bson.E{Key: "$type", Value: "string"}, bson.E{Key: "$regex", Value: sessionPattern})}},
+		}},
 	}
 }
+
+// scalar is a guard's condition on one field: ops, on a field that is not
+// an array. A query operator matches an array field when it matches one
+// of its elements, so without it a document whose owner was hand-edited
+// to ["alice"] (or whose epoch to [NumberLong(1)]) would pass, and a
+// write would overwrite what Get refuses as corrupt (R10).
+func scalar(ops ...bson.E) bson.D {
+	return append(bson.D(ops), bson.E{Key: "$not", Value: bson.D{{Key: "$type", Value: "array"}}})
+}
+
+// ownerPattern and sessionPattern are the update guards' patterns for an
+// owner (R1) and a key document's session: "" or 32 lowercase hex digits
+// (lease.ValidateSessionID).
+const (
+	ownerPattern   = `^[!-~]+\z`
+	sessionPattern = `^(?:[0-9a-f]{32})?\z`
+)
+
+// byID matches the document whose _id is id.
+func byID(id string) bson.D { return bson.D{{Key: "_id", Value: id}} }
 
 // mongoFields are a document's fields other than _id.
 func mongoFields(rec lease.Record, version uint64) bson.D {
@@ -276,6 +320,7 @@ func mongoFields(rec lease.Record, version uint64) bson.D {
 		{Key: "epoch", Value: int64(rec.Epoch)}, // bit pattern: all of uint64 round-trips
 		{Key: "expires", Value: bson.NewDateTimeFromTime(rec.ExpiresAt)},
 		{Key: "released", Value: rec.Released},
+		{Key: "session", Value: rec.Session},
 		{Key: "version", Value: int64(version)},
 	}
 }
@@ -324,9 +369,26 @@ func decodeMongoRecord(raw bson.Raw) (lease.Record, uint64, error) {
 	if version, ok = field("version").Int64OK(); !ok || version < 1 {
 		return lease.Record{}, 0, bad("version", "a 64-bit integer from 1 up")
 	}
+	if rec.Session, ok = keySession(field("session")); !ok {
+		return lease.Record{}, 0, bad("session", `"" or a session id (32 lowercase hex digits)`)
+	}
 	rec.Epoch = uint64(epoch)
 	rec.ExpiresAt = time.UnixMilli(ms).UTC()
 	return rec, uint64(version), nil
+}
+
+// keySession reads a key document's session field: absent (a document
+// written before sessions) is "", as is ""; any other value must be a
+// session id (R10).
+func keySession(v bson.RawValue) (string, bool) {
+	if v.Type == 0 {
+		return "", true
+	}
+	id, ok := v.StringValueOK()
+	if !ok || (id != "" && lease.ValidateSessionID(id) != nil) {
+		return "", false
+	}
+	return id, true
 }
 
 // mongoType describes a field's BSON type for an error message.

@@ -576,6 +576,8 @@ func TestMongoRefusesFerretDB(t *testing.T) {
 // TestMongoCorruptHeldDocument_R10: a document that its holder's
 // store has in its table is corrupted behind its back (same version).
 // Renew and Release fail with lease.ErrCorrupt and leave it as it is (R10).
+// A field wrapped in an array is corrupt too: a query operator matches an
+// array when it matches one element, so the guard must refuse arrays.
 func TestMongoCorruptHeldDocument_R10(t *testing.T) {
 	ctx := context.Background()
 	coll := mongoserver.Collection(t, mongoserver.SharedClient(t))
@@ -587,6 +589,12 @@ func TestMongoCorruptHeldDocument_R10(t *testing.T) {
 		{{Key: "epoch", Value: int64(0)}},
 		{{Key: "released", Value: int32(1)}},
 		{{Key: "expires", Value: "soon"}},
+		{{Key: "owner", Value: bson.A{"alice"}}},
+		{{Key: "epoch", Value: bson.A{int64(1)}}},
+		{{Key: "released", Value: bson.A{false}}},
+		{{Key: "expires", Value: bson.A{bson.NewDateTimeFromTime(time.Now())}}},
+		{{Key: "version", Value: bson.A{int64(1)}}},
+		{{Key: "session", Value: bson.A{""}}},
 	} {
 		key := fmt.Sprintf("k%d", i)
 		s := testkit.NewDocStore(t, d, testclock.New(), "alice")

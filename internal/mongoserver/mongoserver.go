@@ -325,7 +325,8 @@ func (noCleanup) Cleanup(func()) {}
 var collSeq atomic.Int64
 
 // Collection returns a fresh collection for one test, dropped at the
-// end on an external server.
+// end on an external server with the driver's session collection
+// (its name plus "_sessions").
 func Collection(t testing.TB, c *mongo.Client) *mongo.Collection {
 	t.Helper()
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), collSeq.Add(1))
@@ -335,6 +336,7 @@ func Collection(t testing.TB, c *mongo.Client) *mongo.Collection {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			coll.Drop(ctx)
+			c.Database("lease_test").Collection(name + "_sessions").Drop(ctx)
 		})
 	}
 	return coll

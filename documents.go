@@ -27,6 +27,7 @@ type DocumentStore struct {
 	done  chan struct{} // closed by Close (R15)
 
 	sd      SessionDriver      // d, when it states Sessions; nil: every key is kept per key
+	sr      SessionDriver      // d, when it can read sessions at all (other stores' keys may name them)
 	sessMu  sync.Mutex         // guards sess and lastID; serialises starting a session
 	sess    *storeSession      // the session new Helds' keys are attached to; nil or ended: none yet
 	lastID  string             // the id of the last session started
@@ -117,13 +118,15 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	if caps.ServerClock && !cfg.clockGiven {
 		clock = newServerClock()
 	}
+	sr, _ := d.(SessionDriver)
 	var sd SessionDriver
 	if caps.Sessions {
-		sd, _ = d.(SessionDriver) // a driver that states Sessions without the methods is kept per key
+		sd = sr // a driver that states Sessions without the methods is kept per key
 	}
 	closing, stopBG := context.WithCancel(context.Background())
 	return &DocumentStore{
 		sd:      sd,
+		sr:      sr,
 		closing: closing,
 		stopBG:  stopBG,
 		d:       d,

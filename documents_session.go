@@ -113,15 +113,17 @@ func (s *DocumentStore) attach(ctx context.Context) (*storeSession, error) {
 	s.sessMu.Lock()
 	defer s.sessMu.Unlock()
 	if ss := s.sess; ss != nil {
-		now := readClocks().mono
-		ss.mu.Lock()
-		usable := !ss.ended && !ss.detached && now.Before(ss.base.Add(s.ttl()-s.sessionMargin())) &&
-			!expired(ss.expiresAt(), s.renewNow())
-		if usable {
-			ss.attaching++
+		usable, idle := s.attachable(ss)
+		if usable && idle {
+			// No Held kept it renewed: renew it first, so that the keys
+			// attached now get a whole TTL before their deadline.
+			err := s.renewSession(ctx, ss, s.sessionMargin())
+			if err != nil && !errors.Is(err, ErrLost) {
+				return nil, err
+			}
+			usable = err == nil
 		}
-		ss.mu.Unlock()
-		if usable {
+		if usable && ss.join() {
 			return ss, nil
 		}
 		s.lapse(ss, sessionOver(ss.id, errSessionLapsed))
@@ -133,6 +135,30 @@ func (s *DocumentStore) attach(ctx context.Context) (*storeSession, error) {
 	ss.attaching++
 	s.sess = ss
 	return ss, nil
+}
+
+// attachable reports whether keys may be attached to ss now: it is live
+// for this store, before its deadline and its expiry; and whether it is
+// idle: not renewed for a renewal interval (a third of the TTL), as when
+// no Held kept it.
+func (s *DocumentStore) attachable(ss *storeSession) (usable, idle bool) {
+	now := readClocks().mono
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	usable = !ss.ended && !ss.detached && now.Before(ss.base.Add(s.ttl()-s.sessionMargin())) &&
+		!expired(ss.expiresAt(), s.renewNow())
+	return usable, !now.Before(ss.base.Add(s.ttl() / 3))
+}
+
+// join counts an acquire in as attaching to ss, unless ss is over.
+func (ss *storeSession) join() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.ended || ss.detached {
+		return false
+	}
+	ss.attaching++
+	return true
 }
 
 // startSession creates a session record with a fresh id (R18), durable

@@ -417,9 +417,12 @@ func (s *DocumentStore) putObserved(ctx context.Context, rec Record, pre Precond
 }
 
 func (s *DocumentStore) getSession(ctx context.Context, id string) (SessionRecord, uint64, error) {
+	if s.sr == nil {
+		return SessionRecord{}, 0, corrupt("a record names session %s, and the %s driver keeps no sessions", id, s.d.Name())
+	}
 	ctx = s.clock.probe(ctx)
 	start := s.obs.start()
-	rec, version, err := s.sd.GetSession(ctx, id)
+	rec, version, err := s.sr.GetSession(ctx, id)
 	if s.obs != nil {
 		s.obs.emit(Event{Kind: EventStorage, Op: OpGetSession, Session: id, Batch: 1, Duration: time.Since(start), Err: err})
 	}

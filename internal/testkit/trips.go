@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -27,22 +28,25 @@ type TripCounter struct {
 }
 
 var (
-	_ lease.BatchDriver = (*TripCounter)(nil)
-	_ lease.BatchReader = (*TripCounter)(nil)
+	_ lease.BatchDriver   = (*TripCounter)(nil)
+	_ lease.BatchReader   = (*TripCounter)(nil)
+	_ lease.SessionDriver = (*TripCounter)(nil)
+	_ lease.DriverInfo    = (*TripCounter)(nil)
 )
 
 // Trips are a TripCounter's counts since its last Take.
 type Trips struct {
 	Trips   int           // storage round trips
 	Reads   int           // GetMany calls
-	Writes  int           // records written, by Put or PutMany
+	Writes  int           // records written, by Put, PutMany or PutSession
+	Session int           // of which session records, by PutSession
 	Chunked int           // round trips of a server taking Chunk keys a command (0 when Chunk is 0)
 	Span    time.Duration // from the start of the first call to the end of the last
 }
 
 // Plus adds u to t.
 func (t Trips) Plus(u Trips) Trips {
-	return Trips{t.Trips + u.Trips, t.Reads + u.Reads, t.Writes + u.Writes, t.Chunked + u.Chunked, t.Span + u.Span}
+	return Trips{t.Trips + u.Trips, t.Reads + u.Reads, t.Writes + u.Writes, t.Session + u.Session, t.Chunked + u.Chunked, t.Span + u.Span}
 }
 
 // start counts one call of items keys or writes, trips round trips.
@@ -164,4 +168,57 @@ func (c *TripCounter) GetMany(ctx context.Context, keys []string) ([]lease.GetRe
 		out[i].Rec, out[i].Version, out[i].Err = c.Get(ctx, key)
 	}
 	return out, nil
+}
+
+// Capabilities states what the wrapped driver states, and Sessions only
+// when the wrapped driver keeps them.
+func (c *TripCounter) Capabilities() lease.Capabilities {
+	caps := lease.DriverCapabilities(c.Driver)
+	if _, ok := c.Driver.(lease.SessionDriver); !ok {
+		caps.Sessions = false
+	}
+	return caps
+}
+
+// errNoSessions answers a session call when the wrapped driver keeps none.
+func (c *TripCounter) errNoSessions() error {
+	return fmt.Errorf("%w: the %s driver keeps no sessions", lease.ErrCorrupt, c.Driver.Name())
+}
+
+// GetSession counts one round trip and forwards.
+func (c *TripCounter) GetSession(ctx context.Context, id string) (lease.SessionRecord, uint64, error) {
+	sd, ok := c.Driver.(lease.SessionDriver)
+	if !ok {
+		return lease.SessionRecord{}, 0, c.errNoSessions()
+	}
+	c.start(1, 1)
+	defer c.done()
+	return sd.GetSession(ctx, id)
+}
+
+// PutSession counts one round trip and one session record written, and
+// forwards.
+func (c *TripCounter) PutSession(ctx context.Context, rec lease.SessionRecord, pre lease.Precondition) (uint64, error) {
+	sd, ok := c.Driver.(lease.SessionDriver)
+	if !ok {
+		return 0, c.errNoSessions()
+	}
+	c.start(1, 1)
+	defer c.done()
+	c.mu.Lock()
+	c.counts.Writes++
+	c.counts.Session++
+	c.mu.Unlock()
+	return sd.PutSession(ctx, rec, pre)
+}
+
+// RemoveSessions counts one round trip and forwards.
+func (c *TripCounter) RemoveSessions(ctx context.Context, before time.Time, limit int) (int, error) {
+	sd, ok := c.Driver.(lease.SessionDriver)
+	if !ok {
+		return 0, c.errNoSessions()
+	}
+	c.start(1, limit)
+	defer c.done()
+	return sd.RemoveSessions(ctx, before, limit)
 }

@@ -133,10 +133,11 @@ func nextVersion(pre lease.Precondition) uint64 {
 // every write landed, else the keys of those that did.
 func (d *postgresDriver) putJoinedChunk(ctx context.Context, ws []lease.Write, sent []int) (func(func(string) bool), error) {
 	var (
-		keys, versions, ownerAt, epochs, expiryAt, released strings.Builder
-		owners                                              []string    // distinct, in order of first use
-		expiries                                            []time.Time // the same
-		keyBytes                                            int
+		keys, versions, ownerAt, epochs, expiryAt, released, sessionAt strings.Builder
+		owners                                                         []string    // runs, in order
+		expiries                                                       []time.Time // the same
+		sessions                                                       []string    // the same
+		keyBytes                                                       int
 	)
 	for _, i := range sent {
 		keyBytes += len(ws[i].Rec.Key) + 1
@@ -144,14 +145,14 @@ func (d *postgresDriver) putJoinedChunk(ctx context.Context, ws []lease.Write, s
 	keys.Grow(keyBytes)
 	versions.Grow(8 * len(sent)) // most take fewer digits than that
 	epochs.Grow(4 * len(sent))
-	for _, b := range []*strings.Builder{&ownerAt, &expiryAt, &released} {
+	for _, b := range []*strings.Builder{&ownerAt, &expiryAt, &released, &sessionAt} {
 		b.Grow(2 * len(sent))
 	}
 	for n, i := range sent {
 		w := ws[i]
 		if n > 0 {
 			keys.WriteByte('\n')
-			for _, b := range []*strings.Builder{&versions, &ownerAt, &epochs, &expiryAt, &released} {
+			for _, b := range []*strings.Builder{&versions, &ownerAt, &epochs, &expiryAt, &released, &sessionAt} {
 				b.WriteByte(',')
 			}
 		}
@@ -170,13 +171,17 @@ func (d *postgresDriver) putJoinedChunk(ctx context.Context, ws []lease.Write, s
 			expiries = append(expiries, w.Rec.ExpiresAt)
 		}
 		writeUint(&expiryAt, uint64(len(expiries)))
+		if len(sessions) == 0 || sessions[len(sessions)-1] != w.Rec.Session {
+			sessions = append(sessions, w.Rec.Session)
+		}
+		writeUint(&sessionAt, uint64(len(sessions)))
 		if w.Rec.Released {
 			released.WriteByte('t')
 		} else {
 			released.WriteByte('f')
 		}
 	}
-	if len(owners) > maxJoinedOwners {
+	if len(owners) > maxJoinedOwners || len(sessions) > maxJoinedOwners {
 		return d.putArrayChunk(ctx, ws, sent)
 	}
 	var (
@@ -185,7 +190,7 @@ func (d *postgresDriver) putJoinedChunk(ctx context.Context, ws []lease.Write, s
 		list  sql.NullString
 	)
 	err := d.db.QueryRowContext(ctx, d.putJoined, keys.String(), versions.String(), owners, ownerAt.String(),
-		epochs.String(), expiries, expiryAt.String(), released.String(), len(sent)).Scan(&now, &count, &list)
+		epochs.String(), expiries, expiryAt.String(), released.String(), len(sent), sessions, sessionAt.String()).Scan(&now, &count, &list)
 	if err != nil {
 		return nil, err
 	}
@@ -205,9 +210,10 @@ func (d *postgresDriver) putJoinedChunk(ctx context.Context, ws []lease.Write, s
 	}, nil
 }
 
-// maxJoinedOwners is how many runs of owners putJoined takes: a store
-// writes its own owner only, and a text array's element is found by
-// walking the array, so a batch of many owners goes in arrays instead.
+// maxJoinedOwners is how many runs of owners, and of sessions, putJoined
+// takes: a store writes its own owner and session only, and a text
+// array's element is found by walking the array, so a batch of many goes
+// in arrays instead.
 const maxJoinedOwners = 8
 
 func writeUint(b *strings.Builder, v uint64) {
@@ -226,6 +232,7 @@ func (d *postgresDriver) putArrayChunk(ctx context.Context, ws []lease.Write, se
 		epochs   = make([]string, 0, n)
 		expiries = make([]time.Time, 0, n)
 		released = make([]bool, 0, n)
+		sessions = make([]string, 0, n)
 	)
 	for _, i := range sent {
 		w := ws[i]
@@ -239,8 +246,9 @@ func (d *postgresDriver) putArrayChunk(ctx context.Context, ws []lease.Write, se
 		epochs = append(epochs, strconv.FormatUint(w.Rec.Epoch, 10))
 		expiries = append(expiries, w.Rec.ExpiresAt)
 		released = append(released, w.Rec.Released)
+		sessions = append(sessions, w.Rec.Session)
 	}
-	rows, err := d.db.QueryContext(ctx, d.putMany, keys, versions, owners, epochs, expiries, released)
+	rows, err := d.db.QueryContext(ctx, d.putMany, keys, versions, owners, epochs, expiries, released, sessions)
 	if err != nil {
 		return nil, err
 	}
@@ -342,14 +350,14 @@ func (d *postgresDriver) List(ctx context.Context, prefix, after string, limit i
 // to the server's clock (see newPostgresStatements), skipping the row of
 // NULLs that stands for no rows found; it sets *now to the clock and *err
 // to the first error, when the rows are done.
-func scanClockedRows(rows *sql.Rows, now *time.Time, err *error) iter.Seq2[string, [5]any] {
-	return func(yield func(string, [5]any) bool) {
+func scanClockedRows(rows *sql.Rows, now *time.Time, err *error) iter.Seq2[string, rowColumns] {
+	return func(yield func(string, rowColumns) bool) {
 		for rows.Next() {
 			var (
 				key  sql.NullString
-				cols [5]any
+				cols rowColumns
 			)
-			if *err = rows.Scan(now, &key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]); *err != nil {
+			if *err = rows.Scan(now, &key, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5]); *err != nil {
 				return
 			}
 			if key.Valid && !yield(key.String, cols) {

@@ -168,11 +168,11 @@ type pgFloor struct {
 
 func (f *pgFloor) get(key string) error {
 	var (
-		cols  [5]any
+		cols  rowColumns
 		now   time.Time
 		found bool
 	)
-	err := f.db.QueryRowContext(ctxBG, f.d.get, key).Scan(&now, &found, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
+	err := f.db.QueryRowContext(ctxBG, f.d.get, key).Scan(&now, &found, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5])
 	if err == nil && !found {
 		return sql.ErrNoRows
 	}
@@ -180,7 +180,7 @@ func (f *pgFloor) get(key string) error {
 }
 
 func (f *pgFloor) insert(key string) error {
-	_, err := f.db.ExecContext(ctxBG, f.d.insert, key, "bench", uint64(1), time.Now().Add(time.Minute).Truncate(time.Microsecond), false)
+	_, err := f.db.ExecContext(ctxBG, f.d.insert, key, "bench", uint64(1), time.Now().Add(time.Minute).Truncate(time.Microsecond), false, "")
 	if key == f.key {
 		f.version, f.epoch = 1, 1
 	}
@@ -194,7 +194,7 @@ func (f *pgFloor) update(released bool) error {
 		n   int64
 	)
 	err := f.db.QueryRowContext(ctxBG, f.d.update, f.key, f.version, "bench", f.epoch,
-		time.Now().Add(time.Minute).Truncate(time.Microsecond), released).Scan(&now, &n)
+		time.Now().Add(time.Minute).Truncate(time.Microsecond), released, "").Scan(&now, &n)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -36,6 +37,13 @@ import (
 // after the server's now (R6). The row's expiry is read, not g.ExpiresAt:
 // a renewal since g was issued counts.
 //
+// A key attached to a session (R20) is live while its session is: the
+// same statement joins the session's row, which must be live and expire
+// after the server's now; the error says whether the session ended,
+// expired or has no record. The session's row is read, not locked, so
+// that its renewals never wait for tx: a takeover may end the session
+// while tx is open (R21), but its write of the key still waits for tx.
+//
 // The lock also makes the holder's own renewal of the key, and a batched
 // renewal that includes it, wait until tx ends. A Hold renews every third
 // of the TTL and gives up at the TTL less its safety margin (a sixth), so
@@ -54,7 +62,7 @@ func Fence(ctx context.Context, tx *sql.Tx, g lease.Grant, opts ...Option) error
 		return err
 	}
 	var f fencedRow
-	err = tx.QueryRowContext(ctx, query, g.Key).Scan(&f.owner, &f.epoch, &f.released, &f.expires, &f.now)
+	err = tx.QueryRowContext(ctx, query, g.Key).Scan(f.dest()...)
 	return f.verdict(g, table, errors.Is(err, sql.ErrNoRows), err)
 }
 
@@ -69,7 +77,7 @@ func FencePgx(ctx context.Context, tx pgx.Tx, g lease.Grant, opts ...Option) err
 		return err
 	}
 	var f fencedRow
-	err = tx.QueryRow(ctx, query, g.Key).Scan(&f.owner, &f.epoch, &f.released, &f.expires, &f.now)
+	err = tx.QueryRow(ctx, query, g.Key).Scan(f.dest()...)
 	return f.verdict(g, table, errors.Is(err, pgx.ErrNoRows), err)
 }
 
@@ -89,23 +97,38 @@ func fenceQuery(g lease.Grant, opts []Option) (query, table string, err error) {
 	if err := checkPostgresTable(cfg.table); err != nil {
 		return "", "", err
 	}
-	lock := " FOR SHARE"
+	// Only the key's row is locked (OF l): the session's row stays free
+	// for its renewals. The join finds no session for session ''.
+	lock := " FOR SHARE OF l"
 	switch mutant {
 	case mutantFenceNoLock:
 		lock = ""
 	case mutantFenceKeyShare:
-		lock = " FOR KEY SHARE"
+		lock = " FOR KEY SHARE OF l"
 	}
-	return `SELECT owner, epoch::text, released, expires, clock_timestamp() FROM ` + pgx.Identifier{cfg.table}.Sanitize() +
-		` WHERE key = $1` + lock, cfg.table, nil
+	return `SELECT l.owner, l.epoch::text, l.released, l.expires, l.session, x.id IS NOT NULL, x.state, x.expires, clock_timestamp()
+		FROM ` + pgx.Identifier{cfg.table}.Sanitize() + ` AS l
+		LEFT JOIN ` + pgx.Identifier{sessionsTable(cfg.table)}.Sanitize() + ` AS x ON x.id = l.session
+		WHERE l.key = $1` + lock, cfg.table, nil
 }
 
-// fencedRow is the key's row as the fencing statement read and locked it.
+// fencedRow is the key's row as the fencing statement read and locked it,
+// with its session's state and expiry (NULL when the key names no session
+// or the session has no row).
 type fencedRow struct {
-	owner, epoch string
-	released     bool
-	expires      time.Time
-	now          time.Time // the server's clock_timestamp()
+	owner, epoch   string
+	released       bool
+	expires        time.Time
+	session        sql.NullString
+	sessionFound   bool // the session has a row
+	sessionState   sql.NullInt16
+	sessionExpires sql.NullTime
+	now            time.Time // the server's clock_timestamp()
+}
+
+// dest is where Scan puts the statement's columns.
+func (f *fencedRow) dest() []any {
+	return []any{&f.owner, &f.epoch, &f.released, &f.expires, &f.session, &f.sessionFound, &f.sessionState, &f.sessionExpires, &f.now}
 }
 
 // verdict turns the statement's outcome into Fence's answer: err is the
@@ -123,6 +146,56 @@ func (f fencedRow) verdict(g lease.Grant, table string, absent bool, err error) 
 	}
 	if mutant == mutantFenceNoExpiry {
 		rec.ExpiresAt = f.now.Add(time.Hour)
+		f.sessionExpires.Time = f.now.Add(time.Hour)
 	}
-	return fencing.Verdict(g, rec, !absent, f.now, "the server's clock")
+	if err := fencing.Verdict(g, rec, !absent, f.now, "the server's clock"); err != nil || absent || f.session.String == "" && f.session.Valid {
+		return err
+	}
+	if mutant == mutantFenceNoSession {
+		return nil
+	}
+	return f.sessionVerdict(g, table)
+}
+
+// sessionVerdict judges the session of a key row that names g's grant
+// (R20): nil while the session is live and the server's now is before its
+// expiry, else an error matching lease.ErrLost that says why. A session
+// value or row that GetSession would refuse is a *lease.StorageError
+// matching lease.ErrCorrupt (R10).
+func (f fencedRow) sessionVerdict(g lease.Grant, table string) error {
+	id := f.session.String
+	if !f.session.Valid || lease.ValidateSessionID(id) != nil {
+		var v any
+		if f.session.Valid {
+			v = id
+		}
+		return fencing.Failed(g.Key, "postgres table "+table, corrupt(
+			"postgres row %q: session is %s, want '' or a session id (32 lowercase hex digits)", g.Key, describeValue(v)))
+	}
+	st := lease.SessionState(f.sessionState.Int16)
+	var why string
+	switch {
+	case !f.sessionFound:
+		why = fmt.Sprintf("its session %s has no record", id)
+	case !f.sessionState.Valid || !st.Valid() || int16(st) != f.sessionState.Int16 || !f.sessionExpires.Valid:
+		return fencing.Failed(g.Key, "postgres table "+sessionsTable(table), corrupt(
+			"postgres session %s: state %s, expires %s", id, nullText(f.sessionState.Valid, f.sessionState.Int16),
+			nullText(f.sessionExpires.Valid, f.sessionExpires.Time)))
+	case st != lease.SessionLive:
+		why = fmt.Sprintf("its session %s ended (%s)", id, st)
+	case !f.now.Before(f.sessionExpires.Time):
+		why = fmt.Sprintf("its session %s expired at %s (now %s by the server's clock)", id,
+			f.sessionExpires.Time.UTC().Format(time.RFC3339Nano), f.now.UTC().Format(time.RFC3339Nano))
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %q epoch %d: %s", lease.ErrLost, g.Key, g.Epoch, why)
+}
+
+// nullText describes a nullable column's value for an error message.
+func nullText(valid bool, v any) string {
+	if !valid {
+		return "NULL"
+	}
+	return describeValue(v)
 }

@@ -18,7 +18,8 @@
 // which Hold retries. Every write sets synchronous_commit for its own
 // transaction, so a session changed after the driver's check cannot make
 // a grant less durable. Durability checks and failover: docs/postgres.md
-// in the repository. The rules it keeps (R1–R17): docs/contract.md.
+// in the repository. The rules it keeps (R1–R17, and the driver's part
+// of sessions, R18–R24): docs/contract.md.
 package postgres
 
 import (
@@ -77,26 +78,32 @@ func MaxConns(n int) Option {
 
 // Table makes the driver keep its records in the named table
 // (default DefaultTable), found through the connection's
-// search_path and created there if it does not exist. The name must be a
-// plain lower-case identifier: a letter or underscore, then letters,
-// digits or underscores, at most 63 bytes.
+// search_path and created there if it does not exist, with its sessions
+// table, name_sessions. The name must be a plain lower-case identifier: a
+// letter or underscore, then letters, digits or underscores, at most 54
+// bytes, so that the sessions table's name is at most PostgreSQL's 63.
 func Table(name string) Option {
 	return func(c *config) { c.table = name }
 }
 
 // checkPostgresTable refuses a table name that is not a plain identifier.
 func checkPostgresTable(name string) error {
-	ok := name != "" && len(name) <= 63
+	ok := name != "" && len(name) <= maxTableName
 	for i := 0; ok && i < len(name); i++ {
 		c := name[i]
 		ok = c == '_' || 'a' <= c && c <= 'z' || i > 0 && '0' <= c && c <= '9'
 	}
 	if !ok {
 		return fmt.Errorf("lease: postgres table name %q is not a plain identifier "+
-			"(a lower-case letter or _, then lower-case letters, digits or _, at most 63 bytes)", name)
+			"(a lower-case letter or _, then lower-case letters, digits or _, at most %d bytes, "+
+			"so that its sessions table %s_sessions is one of at most 63)", name, maxTableName, name)
 	}
 	return nil
 }
+
+// maxTableName is the longest table name: PostgreSQL's identifiers hold
+// 63 bytes, and the sessions table's name adds "_sessions".
+const maxTableName = 63 - len("_sessions")
 
 // postgresDriver keeps one row per key in a PostgreSQL table. Every write
 // is one statement in its own transaction at the server's default
@@ -104,6 +111,7 @@ func checkPostgresTable(name string) error {
 type postgresDriver struct {
 	db        *sql.DB
 	table     string // as given; quoted in the statements
+	sessions  string // the sessions table's name, sessionsTable(table)
 	commit    string // the synchronous_commit every write sets for its transaction
 	ownsDB    bool   // made by Open: Close closes db
 	closed    atomic.Bool
@@ -115,12 +123,19 @@ type postgresDriver struct {
 	putJoined string // putMany with its columns joined into text
 	list      string // keys after $1, from prefix $2 on, at most $3
 	listTo    string // the same, before $4 (the end of the prefix range)
+
+	getSession     string
+	insertSession  string
+	updateSession  string
+	removeSessions string
 }
 
 var (
 	_ lease.BatchDriver = (*postgresDriver)(nil)
 	_ lease.BatchReader = (*postgresDriver)(nil)
 	_ lease.ListDriver  = (*postgresDriver)(nil)
+
+	_ lease.SessionDriver = (*postgresDriver)(nil)
 )
 
 // Open connects to the PostgreSQL server that url names
@@ -268,8 +283,8 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 	t := pgx.Identifier{table}.Sanitize()
 	// commit is "on" or "remote_apply" (durableCommit): safe as a literal.
 	setCommit := `s AS (SELECT set_config('synchronous_commit', '` + commit + `', true) AS sc)`
-	const cols = `owner, epoch, expires, released, version`
-	const lcols = `l.owner, l.epoch, l.expires, l.released, l.version`
+	const cols = `owner, epoch, expires, released, session, version`
+	const lcols = `l.owner, l.epoch, l.expires, l.released, l.version, l.session`
 	// clock is the one-row relation every read joins its rows to.
 	const clock = `(SELECT clock_timestamp() AS now) AS c`
 	// parsable is what the UPDATE requires of the row besides its version:
@@ -280,29 +295,32 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 	// (TestPostgresPutManyPlanStaysLinear).
 	const parsable = `CASE WHEN octet_length(l.owner) BETWEEN 1 AND 256 AND l.owner !~ '[^!-~]'
 		AND l.epoch BETWEEN 1 AND 18446744073709551615
-		AND isfinite(l.expires) AND l.released IS NOT NULL THEN true ELSE false END`
+		AND isfinite(l.expires) AND l.released IS NOT NULL
+		AND octet_length(l.session) IN (0, 32) AND l.session !~ '[^0-9a-f]' THEN true ELSE false END`
 	// putWrites writes a batch w: the inserts and the guarded updates.
 	putWrites := setCommit + `,
 		ins AS (
 			INSERT INTO ` + t + ` (key, ` + cols + `)
-			SELECT w.key, w.owner, w.epoch, w.expires, w.released, 1 FROM w, s WHERE w.version = 0
+			SELECT w.key, w.owner, w.epoch, w.expires, w.released, w.session, 1 FROM w, s WHERE w.version = 0
 			ON CONFLICT (key) DO NOTHING RETURNING key),
 		upd AS (
 			UPDATE ` + t + ` AS l SET owner = w.owner, epoch = w.epoch, expires = w.expires, released = w.released,
-				version = w.version + 1
+				session = w.session, version = w.version + 1
 			FROM w, s WHERE w.version > 0 AND l.key = w.key AND l.version = w.version AND ` + parsable + `
 			RETURNING l.key)`
-	return &postgresDriver{
-		db:      db,
-		table:   table,
-		commit:  commit,
-		get:     `SELECT c.now, l.key IS NOT NULL, ` + lcols + ` FROM ` + clock + ` LEFT JOIN ` + t + ` AS l ON l.key = $1`,
-		getMany: `SELECT c.now, l.key, ` + lcols + ` FROM ` + clock + ` LEFT JOIN ` + t + ` AS l ON l.key = ANY($1)`,
+	d := &postgresDriver{
+		db:       db,
+		table:    table,
+		sessions: sessionsTable(table),
+		commit:   commit,
+		get:      `SELECT c.now, l.key IS NOT NULL, ` + lcols + ` FROM ` + clock + ` LEFT JOIN ` + t + ` AS l ON l.key = $1`,
+		getMany:  `SELECT c.now, l.key, ` + lcols + ` FROM ` + clock + ` LEFT JOIN ` + t + ` AS l ON l.key = ANY($1)`,
 		insert: `WITH ` + setCommit + `, ins AS (INSERT INTO ` + t + ` (key, ` + cols + `)
-			SELECT $1::text, $2::text, $3::numeric, $4::timestamptz, $5::boolean, 1 FROM s
+			SELECT $1::text, $2::text, $3::numeric, $4::timestamptz, $5::boolean, $6::text, 1 FROM s
 			ON CONFLICT (key) DO NOTHING RETURNING 1)
 			SELECT clock_timestamp(), count(*) FROM ins`,
-		update: `WITH ` + setCommit + `, upd AS (UPDATE ` + t + ` AS l SET owner = $3, epoch = $4, expires = $5, released = $6, version = $2 + 1
+		update: `WITH ` + setCommit + `, upd AS (UPDATE ` + t + ` AS l SET owner = $3, epoch = $4, expires = $5, released = $6, session = $7,
+			version = $2 + 1
 			FROM s WHERE l.key = $1 AND l.version = $2 AND ` + parsable + ` RETURNING 1)
 			SELECT clock_timestamp(), count(*) FROM upd`,
 		// One statement for a whole batch: the inserts and the guarded
@@ -311,24 +329,25 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 		// (a batch names each key once): RETURNING a key, not joining the
 		// inserted rows back to w, keeps it linear in the batch.
 		putMany: `WITH w AS (
-			SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::numeric[], $5::timestamptz[], $6::bool[])
-				AS w(key, version, owner, epoch, expires, released)),
+			SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::numeric[], $5::timestamptz[], $6::bool[], $7::text[])
+				AS w(key, version, owner, epoch, expires, released, session)),
 		` + putWrites + `
 		SELECT c.now, k.key FROM ` + clock + ` LEFT JOIN (SELECT key FROM ins UNION ALL SELECT key FROM upd) AS k ON true`,
 		// The same batch with its columns joined into text, which the
 		// server splits: keys by newlines, numbers and flags by commas,
-		// and each owner and expiry an index into the batch's distinct
-		// owners and expiries (a renewal's are one each). Encoding it
+		// and each owner, expiry and session an index into the batch's
+		// runs of them (a renewal's are one each). Encoding it
 		// costs the client a few appends per write instead of a binary
 		// array element per column, and sends each owner once. It
 		// answers how many writes landed and, only when not all did,
 		// their keys.
 		putJoined: `WITH w AS (
-			SELECT key, version, ($3::text[])[o] AS owner, epoch, ($6::timestamptz[])[e] AS expires, released
+			SELECT key, version, ($3::text[])[o] AS owner, epoch, ($6::timestamptz[])[e] AS expires, released,
+				($10::text[])[ss] AS session
 			FROM unnest(string_to_array($1, E'\n'), string_to_array($2, ',')::bigint[],
 				string_to_array($4, ',')::int[], string_to_array($5, ',')::numeric[],
-				string_to_array($7, ',')::int[], string_to_array($8, ',')::bool[])
-				AS r(key, version, o, epoch, e, released)),
+				string_to_array($7, ',')::int[], string_to_array($8, ',')::bool[], string_to_array($11, ',')::int[])
+				AS r(key, version, o, epoch, e, released, ss)),
 		` + putWrites + `
 		SELECT clock_timestamp(), count(*), CASE WHEN count(*) < $9 THEN string_agg(key, E'\n') END
 		FROM (SELECT key FROM ins UNION ALL SELECT key FROM upd) AS landed`,
@@ -337,6 +356,8 @@ func newPostgresStatements(db *sql.DB, table, commit string) *postgresDriver {
 		listTo: `SELECT c.now, l.key, ` + lcols + ` FROM ` + clock + ` LEFT JOIN LATERAL (SELECT * FROM ` + t + `
 			WHERE key > $1 AND key >= $2 AND key < $4 ORDER BY key LIMIT $3) AS l ON true ORDER BY l.key`,
 	}
+	d.addSessionStatements(setCommit)
+	return d
 }
 
 // isPostgresCode reports whether err is a server error with one of codes.
@@ -357,10 +378,11 @@ func isPostgresCode(err error, codes ...string) bool {
 func (d *postgresDriver) Name() string { return "postgres" }
 
 // Capabilities: PostgreSQL coordinates every process and host that reaches
-// the server, timestamptz keeps microseconds, and every answer carries the
-// server's clock_timestamp(), which judges expiry (R8).
+// the server, timestamptz keeps microseconds, every answer carries the
+// server's clock_timestamp(), which judges expiry (R8), and the driver
+// keeps sessions in a table of their own and each row's session (R24).
 func (d *postgresDriver) Capabilities() lease.Capabilities {
-	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Microsecond, ServerClock: true}
+	return lease.Capabilities{CrossProcess: true, ExpiryResolution: time.Microsecond, ServerClock: true, Sessions: true}
 }
 
 // Get reads key's record. A row with a NULL or out-of-range column is an
@@ -370,11 +392,11 @@ func (d *postgresDriver) Get(ctx context.Context, key string) (lease.Record, uin
 		return lease.Record{}, 0, err
 	}
 	var (
-		cols  [5]any
+		cols  rowColumns
 		now   time.Time
 		found bool
 	)
-	err := d.db.QueryRowContext(ctx, d.get, key).Scan(&now, &found, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4])
+	err := d.db.QueryRowContext(ctx, d.get, key).Scan(&now, &found, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5])
 	if err != nil {
 		return lease.Record{}, 0, d.fail("get", err)
 	}
@@ -385,9 +407,13 @@ func (d *postgresDriver) Get(ctx context.Context, key string) (lease.Record, uin
 	return parsePostgresRow(key, cols)
 }
 
-// parsePostgresRow turns the columns owner, epoch, expires, released and
-// version into a record, refusing any value this driver would not write.
-func parsePostgresRow(key string, cols [5]any) (lease.Record, uint64, error) {
+// rowColumns are a lease row's columns as a read returns them: owner,
+// epoch, expires, released, version and session.
+type rowColumns [6]any
+
+// parsePostgresRow turns a row's columns into a record, refusing any
+// value this driver would not write.
+func parsePostgresRow(key string, cols rowColumns) (lease.Record, uint64, error) {
 	bad := func(name string, want string) error {
 		return corrupt("postgres row %q: %s is %s, want %s", key, name, postgresValue(cols, name), want)
 	}
@@ -412,14 +438,23 @@ func parsePostgresRow(key string, cols [5]any) (lease.Record, uint64, error) {
 	if !ok || version < 1 {
 		return lease.Record{}, 0, bad("version", "a bigint from 1 up")
 	}
-	rec := lease.Record{Key: key, Owner: owner, Epoch: epoch, ExpiresAt: expires.UTC(), Released: released}
+	session, ok := cols[5].(string)
+	if !ok || session != "" && lease.ValidateSessionID(session) != nil {
+		return lease.Record{}, 0, bad("session", "'' or a session id (32 lowercase hex digits)")
+	}
+	rec := lease.Record{Key: key, Owner: owner, Epoch: epoch, ExpiresAt: expires.UTC(), Released: released, Session: session}
 	return rec, uint64(version), nil
 }
 
 // postgresValue describes column name's value for an error message.
-func postgresValue(cols [5]any, name string) string {
-	i := map[string]int{"owner": 0, "epoch": 1, "expires": 2, "released": 3, "version": 4}[name]
-	switch v := cols[i].(type) {
+func postgresValue(cols rowColumns, name string) string {
+	i := map[string]int{"owner": 0, "epoch": 1, "expires": 2, "released": 3, "version": 4, "session": 5}[name]
+	return describeValue(cols[i])
+}
+
+// describeValue describes a column's value for an error message.
+func describeValue(v any) string {
+	switch v := v.(type) {
 	case nil:
 		return "NULL"
 	case string:
@@ -443,11 +478,11 @@ func (d *postgresDriver) Put(ctx context.Context, rec lease.Record, pre lease.Pr
 	var row *sql.Row
 	switch {
 	case pre.Absent:
-		row = d.db.QueryRowContext(ctx, d.insert, rec.Key, rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released)
+		row = d.db.QueryRowContext(ctx, d.insert, rec.Key, rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released, rec.Session)
 	case pre.Version == 0 || pre.Version >= math.MaxInt64:
 		return 0, lease.ErrConflict // no stored row has such a version (checkPostgresWrite refused MaxInt64)
 	default:
-		row = d.db.QueryRowContext(ctx, d.update, rec.Key, int64(pre.Version), rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released)
+		row = d.db.QueryRowContext(ctx, d.update, rec.Key, int64(pre.Version), rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Released, rec.Session)
 	}
 	var (
 		now time.Time
@@ -476,6 +511,8 @@ func checkPostgresWrite(rec lease.Record, pre lease.Precondition) error {
 		return errors.New("epoch 0 cannot be stored")
 	case rec.ExpiresAt.Year() < 1 || rec.ExpiresAt.Year() > 294275:
 		return fmt.Errorf("expiry %v is outside PostgreSQL's timestamptz range", rec.ExpiresAt)
+	case rec.Session != "" && lease.ValidateSessionID(rec.Session) != nil:
+		return fmt.Errorf("session %q cannot be stored: want '' or 32 lowercase hex digits", rec.Session)
 	case !pre.Absent && pre.Version == math.MaxInt64:
 		return fmt.Errorf("version %d is the largest a bigint holds", pre.Version)
 	}

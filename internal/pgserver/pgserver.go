@@ -150,8 +150,8 @@ func SharedDB(t T) *sql.DB {
 
 var pgTableSeq atomic.Int64
 
-// FreshTable names a fresh table for one test, dropped at its end
-// on a server the tests did not start.
+// FreshTable names a fresh table for one test, dropped at its end, with
+// its sessions table, on a server the tests did not start.
 func FreshTable(t interface {
 	T
 	Cleanup(func())
@@ -159,7 +159,7 @@ func FreshTable(t interface {
 	name := fmt.Sprintf("lease_test_%d_%d", os.Getpid(), pgTableSeq.Add(1))
 	if os.Getenv(EnvURL) != "" {
 		db := SharedDB(t)
-		t.Cleanup(func() { db.Exec(`DROP TABLE IF EXISTS ` + name) })
+		t.Cleanup(func() { db.Exec(`DROP TABLE IF EXISTS ` + name + `, ` + name + `_sessions`) })
 	}
 	return name
 }

@@ -10,7 +10,7 @@
 //	s, err := lease.Open(ctx, "mongodb://db1,db2,db3/app?replicaSet=rs0&collection=leases")
 //
 // NewDriver makes a driver on a collection of a client you already have.
-// Details: docs/mongodb.md in the repository. The rules it keeps (R1–R17):
+// Details: docs/mongodb.md in the repository. The rules it keeps (R1–R24):
 // docs/contract.md.
 package mongodb
 

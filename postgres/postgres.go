@@ -18,7 +18,7 @@
 // which Hold retries. Every write sets synchronous_commit for its own
 // transaction, so a session changed after the driver's check cannot make
 // a grant less durable. Durability checks and failover: docs/postgres.md
-// in the repository. The rules it keeps (R1–R17, and the driver's part
+// in the repository. The rules it keeps (R1–R24, and the driver's part
 // of sessions, R18–R24): docs/contract.md.
 package postgres
 

@@ -79,8 +79,12 @@ func run(ctx context.Context, listen, storeURL string) error {
 		return err
 	}
 
-	// One store per node: every lease of the node is renewed by one loop,
-	// in batches.
+	// One store per node. On SQLite, PostgreSQL and MongoDB its profiles
+	// are kept through one session (R18–R24): one write per renewal
+	// period keeps them all, whatever their number; if that write keeps
+	// failing until the deadline, every profile's Held ends together, and
+	// HoldEach takes them back under a new session. On file: each lease
+	// is a flock and needs no renewal.
 	node, err := lease.Open(ctx, storeURL, lease.WithOwner("node-a"), lease.WithObserver(obs))
 	if err != nil {
 		return err
@@ -137,7 +141,9 @@ func run(ctx context.Context, listen, storeURL string) error {
 	}
 	ctx = context.Background()
 
-	// Shutdown: hand every lease back in one batch; each Held's context ends.
+	// Shutdown: hand every lease back; each Held's context ends first. On
+	// a database store this is one write, the session's clean end, and
+	// every profile is free at once for the other nodes (R22).
 	if err := node.ReleaseAll(ctx); err != nil {
 		log.Print(err)
 	}

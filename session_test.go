@@ -481,3 +481,34 @@ func TestR19NoRenewalPastTheDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestR21RetakeAfterALapse: after its session lapsed, a store takes its
+// own keys back as HoldEach takes free ones: each with epoch + 1, not
+// PreviousUnclean (R4d), under a new session: a write per key and one
+// for the session, as at start-up.
+func TestR21RetakeAfterALapse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		s := loopStore(t, d, "alice")
+		keys := profileKeys(200)
+		hs := holdAll(t, s, keys)
+		d.setDown(true)
+		time.Sleep(holdTTL)
+		for _, h := range hs {
+			wantStopped(t, h)
+		}
+		d.setDown(false)
+		d.reset()
+		again := holdAll(t, s, keys)
+		for _, h := range again {
+			if g := h.Grant(); g.Epoch != 2 || g.PreviousUnclean {
+				t.Fatalf("retaken grant %+v; want epoch 2, clean (R4d)", g)
+			}
+		}
+		keyWrites, sessions := d.counts()
+		if keyWrites != len(keys) || len(sessions) != 1 || sessions[0].State != SessionLive {
+			t.Fatalf("retaking %d keys: %d key writes, session writes %+v; want %d and one new session",
+				len(keys), keyWrites, sessions, len(keys))
+		}
+	})
+}

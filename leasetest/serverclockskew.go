@@ -70,11 +70,12 @@ func checkStampedByServer(t *testing.T, rig SkewRig, g lease.Grant, before, afte
 	}
 }
 
-// renewals counts a store's renewals on a channel.
+// renewals counts a store's renewals on a channel: a key's, or its
+// session's, which renews every key of it (R20).
 type renewals chan struct{}
 
 func (r renewals) Observe(e lease.Event) {
-	if e.Kind == lease.EventRenewed {
+	if e.Kind == lease.EventRenewed || e.Kind == lease.EventSessionRenewed && e.Err == nil {
 		select {
 		case r <- struct{}{}:
 		default:

@@ -164,6 +164,9 @@ func (ss *storeSession) join() bool {
 // startSession creates a session record with a fresh id (R18), durable
 // before any key names it, and sweeps old sessions in the background.
 func (s *DocumentStore) startSession(ctx context.Context) (*storeSession, error) {
+	if err := s.readServerClock(ctx); err != nil {
+		return nil, err
+	}
 	for range 3 {
 		id := newSessionID()
 		if mutant == mutantSessionIDReused && s.lastID != "" {
@@ -193,6 +196,25 @@ func (s *DocumentStore) startSession(ctx context.Context) (*storeSession, error)
 		return ss, nil
 	}
 	return nil, &StorageError{Op: "start session", Key: "", Err: errors.New("three fresh session ids were all taken")}
+}
+
+// readServerClock makes sure that a store that judges by its server's
+// clock (R8) has read it before it stamps a session's expiry: a session
+// is started before the store's first read, and a host's clock minutes
+// behind would stamp it expired. Any call reports the server's clock; a
+// read of a session no record has is the cheapest.
+func (s *DocumentStore) readServerClock(ctx context.Context) error {
+	if s.clock == nil {
+		return nil
+	}
+	if _, _, ok := s.clock.bounds(); ok {
+		return nil
+	}
+	_, _, err := s.getSession(ctx, newSessionID())
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return &StorageError{Op: "start session", Key: "", Err: err}
+	}
+	return nil
 }
 
 // newSessionID returns 128 random bits in hex (R18).

@@ -281,6 +281,9 @@ type StorageError struct {
 }
 
 func (e *StorageError) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("lease: %s: %v", e.Op, e.Err)
+	}
 	return fmt.Sprintf("lease: %s %q: %v", e.Op, e.Key, e.Err)
 }
 

@@ -162,6 +162,7 @@ func skewBehind(t *testing.T, rig SkewRig) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec.ExpiresAt = recordExpiry(t, d, rec)
 	if !atDeadline.Before(rec.ExpiresAt) {
 		t.Fatalf("R8: a holder 10 minutes behind had its Held end at server time %v or earlier, not before its record's expiry %v", atDeadline, rec.ExpiresAt)
 	}
@@ -182,4 +183,22 @@ func skewBehind(t *testing.T, rig SkewRig) {
 	if taken := g.ExpiresAt.Add(-skewTTL); taken.Before(rec.ExpiresAt) {
 		t.Fatalf("R8: the taker stamped its grant at %v, before the record it took expired (%v)", taken, rec.ExpiresAt)
 	}
+}
+
+// recordExpiry is when rec's holder must be gone: its session's expiry
+// for a key attached to one (R20), else its own.
+func recordExpiry(t *testing.T, d lease.Driver, rec lease.Record) time.Time {
+	t.Helper()
+	if rec.Session == "" {
+		return rec.ExpiresAt
+	}
+	sd, ok := d.(lease.SessionDriver)
+	if !ok {
+		t.Fatalf("%s names session %s, and the driver keeps no sessions", rec.Key, rec.Session)
+	}
+	sess, _, err := sd.GetSession(ctxBG, rec.Session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess.ExpiresAt
 }

@@ -180,6 +180,16 @@ func skewBehind(t *testing.T, rig SkewRig) {
 	if g.Epoch != rec.Epoch+1 || !g.PreviousUnclean {
 		t.Fatalf("takeover: %+v; want epoch %d, PreviousUnclean", g, rec.Epoch+1)
 	}
+	if rec.Session != "" {
+		// A session's grant carries its session's expiry, renewed before
+		// the take: what shows the take is the holder's session, ended
+		// by the taker first (R21). Taking early is the ahead case's.
+		sess, _, err := d.(lease.SessionDriver).GetSession(ctxBG, rec.Session)
+		if err != nil || sess.State != lease.SessionEndedUnclean {
+			t.Fatalf("R21: the holder's session after the takeover: %+v, %v; want it ended unclean", sess, err)
+		}
+		return
+	}
 	if taken := g.ExpiresAt.Add(-skewTTL); taken.Before(rec.ExpiresAt) {
 		t.Fatalf("R8: the taker stamped its grant at %v, before the record it took expired (%v)", taken, rec.ExpiresAt)
 	}

@@ -51,6 +51,7 @@ type keeper struct {
 	looks      *schedule.Schedule[*waiter]     // the first waiter of each free key, by next look
 	renewing   int                             // renewal calls in flight
 	lookPerKey time.Duration                   // time per key of recent looks (sizes the next)
+	timedLook  bool                            // a look was timed: lookPerKey says something
 	ttlSeen    time.Duration                   // the least TTL grants measured, for a store that states none (measureLocked)
 	looking    bool                            // a look call is in flight
 	ownLooks   int                             // looks of one key in flight beside it, for FailIfHeld (lookNowLocked)

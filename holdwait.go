@@ -255,18 +255,38 @@ func (k *keeper) startLookLocked(now time.Time) {
 // that, at the time per key the last looks took, the look holds the store
 // (SQLite's one writer, a busy server) for at most a quarter of the
 // shortest renewal interval, so that a start-up's looks never delay a
-// renewal past its due time by much; at most maxBatch.
+// renewal past its due time by much, and for at most an eighth of the
+// TTL, so that its grants come long before their session's deadline
+// (a session nothing renews yet, at start-up, is not renewed during the
+// look); at most maxBatch, and firstLook before a look was timed.
 func (k *keeper) lookLimitLocked() int {
 	if _, ok := k.s.(batchStore); !ok {
 		return unbatchedCalls
 	}
-	r, held := k.dues.First()
-	if !held || k.lookPerKey <= 0 {
+	switch {
+	case !k.timedLook:
+		return firstLook
+	case k.lookPerKey <= 0:
 		return maxBatch
 	}
-	budget := min(time.Second, r.renew/4)
+	budget := time.Second
+	if r, ok := k.dues.First(); ok {
+		budget = min(budget, r.renew/4)
+	}
+	for _, sr := range k.sessions {
+		if len(sr.renews) > 0 {
+			budget = min(budget, least(sr.renews)/4)
+		}
+	}
+	if ttl := k.grantTTL(); ttl > 0 {
+		budget = min(budget, ttl/8)
+	}
 	return max(unbatchedCalls, min(maxBatch, int(budget/k.lookPerKey)))
 }
+
+// firstLook bounds the keys of a store's first look, before the time a
+// key takes is known.
+const firstLook = 1000
 
 // acquireAll acquires keys through s: in batches when s can, else a few
 // at once, telling got of each key's answer as it comes.
@@ -337,6 +357,7 @@ func (k *keeper) look(batch []*waiter, own bool) {
 	} else {
 		k.looking = false
 		k.lookPerKey = (k.lookPerKey + took/time.Duration(len(batch))) / 2
+		k.timedLook = true
 	}
 	var watch []*waiter
 	k.roundSize = len(batch)

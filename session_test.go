@@ -21,6 +21,7 @@ type sessionCounter struct {
 	keyWrites     int
 	sessionWrites []SessionRecord // every session write that landed, in order
 	down          bool
+	perKey        time.Duration // how long each key of a call takes (a slow database)
 	onPut         func(Record)        // called before a key write, without d.mu
 	onPutSession  func(SessionRecord) // called before a session write, without d.mu
 }
@@ -65,6 +66,7 @@ func (d *sessionCounter) GetMany(ctx context.Context, keys []string) ([]GetResul
 	if err := d.failing(); err != nil {
 		return nil, err
 	}
+	time.Sleep(d.perKey * time.Duration(len(keys)))
 	return d.memoryDriver.GetMany(ctx, keys)
 }
 
@@ -90,6 +92,7 @@ func (d *sessionCounter) putAll(_ context.Context, ws []Write, put func() (uint6
 	hook := d.onPut
 	d.keyWrites += len(ws)
 	d.mu.Unlock()
+	time.Sleep(d.perKey * time.Duration(len(ws)))
 	if hook != nil {
 		for _, w := range ws {
 			hook(w.Rec)
@@ -509,6 +512,34 @@ func TestR21RetakeAfterALapse(t *testing.T) {
 		if keyWrites != len(keys) || len(sessions) != 1 || sessions[0].State != SessionLive {
 			t.Fatalf("retaking %d keys: %d key writes, session writes %+v; want %d and one new session",
 				len(keys), keyWrites, sessions, len(keys))
+		}
+	})
+}
+
+// TestHoldEachOnASlowStoreTakesEveryKey: on a store whose calls take
+// time per key, HoldEach's looks are small enough that their grants come
+// long before their session's deadline, which nothing renews during the
+// first looks: every key is held, none given back (a look of 5,000 keys
+// taking longer than half the TTL gave every key back, again and again).
+func TestHoldEachOnASlowStoreTakesEveryKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		d.perKey = time.Millisecond // 5,000 keys: 10 s of reads and writes, against a TTL of 6 s
+		s := loopStore(t, d, "alice")
+		keys := profileKeys(5000)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute) // virtual: the store's calls take 10 s
+		defer cancel()
+		held := 0
+		for r := range HoldEach(ctx, s, keys) {
+			if r.Err == nil {
+				held++
+			}
+		}
+		if held != len(keys) {
+			t.Fatalf("held %d of %d keys in ten minutes", held, len(keys))
+		}
+		if keyWrites, _ := d.counts(); keyWrites != len(keys) {
+			t.Fatalf("%d key writes for %d keys; want one each, none given back", keyWrites, len(keys))
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/leasekit/lease"
@@ -132,6 +133,12 @@ func (d *postgresDriver) PutSession(ctx context.Context, rec lease.SessionRecord
 		row = d.db.QueryRowContext(ctx, d.insertSession, rec.ID, rec.Owner, rec.ExpiresAt, int16(rec.State))
 	case pre.Version == 0 || pre.Version >= math.MaxInt64:
 		return 0, lease.ErrConflict // no stored row has such a version (checkSessionWrite refused MaxInt64)
+	case mutant == mutantSessionReadThenWrite:
+		if _, v, err := d.GetSession(ctx, rec.ID); err != nil || v != pre.Version {
+			return 0, lease.ErrConflict
+		}
+		unguarded := strings.Replace(d.updateSession, "AND x.version = $2 ", "", 1)
+		row = d.db.QueryRowContext(ctx, unguarded, rec.ID, int64(pre.Version), rec.Owner, rec.ExpiresAt, int16(rec.State))
 	default:
 		row = d.db.QueryRowContext(ctx, d.updateSession, rec.ID, int64(pre.Version), rec.Owner, rec.ExpiresAt, int16(rec.State))
 	}

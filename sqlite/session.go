@@ -128,6 +128,13 @@ func (d *sqliteDriver) putSession(ctx context.Context, rec lease.SessionRecord, 
 		return 0, lease.ErrConflict // no stored row has such a version
 	case pre.Version == math.MaxInt64:
 		return 0, fmt.Errorf("version %d is the largest SQLite stores", pre.Version)
+	case mutant == mutantSessionReadThenWrite:
+		next = pre.Version + 1
+		if _, v, gerr := d.GetSession(ctx, rec.ID); gerr != nil || v != pre.Version {
+			return 0, lease.ErrConflict
+		}
+		res, err = d.db.ExecContext(ctx, `UPDATE lease_sessions SET owner = ?1, expires_ms = ?2, state = ?3, version = ?4 WHERE id = ?5`,
+			rec.Owner, expiresMs, state, int64(next), rec.ID)
 	default:
 		next = pre.Version + 1
 		res, err = d.updSess.ExecContext(ctx, rec.Owner, expiresMs, state, int64(next), rec.ID, int64(pre.Version))

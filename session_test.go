@@ -21,7 +21,7 @@ type sessionCounter struct {
 	keyWrites     int
 	sessionWrites []SessionRecord // every session write that landed, in order
 	down          bool
-	perKey        time.Duration // how long each key of a call takes (a slow database)
+	perKey        time.Duration       // how long each key of a call takes (a slow database)
 	onPut         func(Record)        // called before a key write, without d.mu
 	onPutSession  func(SessionRecord) // called before a session write, without d.mu
 }

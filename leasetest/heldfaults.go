@@ -53,11 +53,7 @@ func newHeldFaults(d lease.Driver, m *heldModel, latency time.Duration) *heldFau
 
 // Capabilities states what the wrapped driver states, but Sessions: it
 // does not forward session methods (heldSessionFaults does).
-func (f *heldFaults) Capabilities() lease.Capabilities {
-	caps := lease.DriverCapabilities(f.Driver)
-	caps.Sessions = false
-	return caps
-}
+func (f *heldFaults) Capabilities() lease.Capabilities { return withoutSessions(f.Driver) }
 
 // driver is what the stores use: f, or f with sessions when the wrapped
 // driver states them and implements them (R24).

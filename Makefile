@@ -24,12 +24,15 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=1 -timeout=30m ./...
 
 # model: the rapid model tests (leasetest.TestModel in every package's
-# TestContract, and leasetest.TestHeldModel of the Held layer, under -race)
-# with more checks than `make test` runs.
+# TestContract, and leasetest.TestHeldModel of the Held layer, under -race,
+# through sessions where the driver keeps them) with more checks than
+# `make test` runs. -rapid.checks goes after the packages: go test takes
+# everything after a flag it does not know for the test binary, packages
+# included, and would run the current directory's package alone.
 MODEL_PACKAGES = . ./sqlite ./postgres ./mongodb
 model:
-	$(GO) test -count=1 -timeout=60m -run='^TestContract$$//^R2-R7_model$$' -rapid.checks=1000 $(MODEL_PACKAGES)
-	$(GO) test -race -count=1 -timeout=30m -run='^TestHeldModel$$' -rapid.checks=1000 . ./sqlite
+	$(GO) test -count=1 -timeout=60m -run='^TestContract$$//^R2-R7_model$$' $(MODEL_PACKAGES) -rapid.checks=1000
+	$(GO) test -race -count=1 -timeout=30m -run='^TestHeldModel$$' . ./sqlite -rapid.checks=1000
 
 # mutants: the project's own tests must catch every deliberately broken
 # variant in mutant.go (R2, R4, R6, R7, R8, R9, R10, R12, the local store, Hold)

@@ -28,7 +28,7 @@ type DocumentStore struct {
 
 	sd      SessionDriver      // d, when it states Sessions; nil: every key is kept per key
 	sr      SessionDriver      // d, when it can read sessions at all (other stores' keys may name them)
-	sessMu  sync.Mutex         // guards sess and lastID; serialises starting a session
+	sessMu  ctxMutex           // guards sess and lastID; serialises starting a session
 	sess    *storeSession      // the session new Helds' keys are attached to; nil or ended: none yet
 	lastID  string             // the id of the last session started
 	bg      sync.WaitGroup     // sweeps in flight (sweepSessions)
@@ -39,7 +39,7 @@ type DocumentStore struct {
 	scratch   []*batchScratch // kept for the next batched renewals
 
 	mu      sync.Mutex                // guards the four fields below
-	held    map[string]*heldGrant     // grants this instance holds, by key; an entry changes in place, under its key's lock
+	held    map[string]*heldGrant     // grants this instance holds, by key; an entry changes in place under s.mu (and its key's lock, but at a session's end): copy it under s.mu (entry)
 	pending map[string][]pendingWrite // writes whose outcome is still unknown (R9), by key, oldest first
 	// unseen: releases whose Release returned an error but which a later
 	// read showed landed, by key; a retried Release of that grant succeeds.
@@ -70,6 +70,17 @@ func (h heldGrant) current() Grant {
 		g.ExpiresAt = h.sess.expiresAt()
 	}
 	return g
+}
+
+// entry returns a copy of key's entry in the table. s.mu must be held:
+// the key's lock is not enough, since the end of a session changes its
+// entries under s.mu alone (forgetSession, detachSession).
+func (s *DocumentStore) entry(key string) (heldGrant, bool) {
+	h, ok := s.held[key]
+	if !ok {
+		return heldGrant{}, false
+	}
+	return *h, true
 }
 
 // forgetLocked drops key's entry from the table. s.mu must be held.
@@ -127,6 +138,7 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	return &DocumentStore{
 		sd:      sd,
 		sr:      sr,
+		sessMu:  newCtxMutex(),
 		closing: closing,
 		stopBG:  stopBG,
 		d:       d,
@@ -608,11 +620,11 @@ func (s *DocumentStore) heldAt(key string, rec *Record) (heldGrant, bool) {
 // unexpired (R6).
 func (s *DocumentStore) holding(ctx context.Context, op string, g Grant, renew, reread bool) (heldGrant, error) {
 	s.mu.Lock()
-	h, ok := s.held[g.Key]
+	h, ok := s.entry(g.Key)
 	unsettled := len(s.pending[g.Key]) > 0
 	s.mu.Unlock()
 	if ok && !unsettled && !reread && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {
-		return *h, nil
+		return h, nil
 	}
 	rec, version, err := s.read(ctx, op, g.Key)
 	if err != nil {

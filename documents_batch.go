@@ -519,9 +519,12 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 // releaseSessions ends, each in one write, the sessions of the grants in
 // the table and the store's live session (R22).
 func (s *DocumentStore) releaseSessions(ctx context.Context) []error {
-	entries := s.heldEntries()
+	sessions, err := s.sessionsToEnd(ctx, s.heldEntries())
+	if err != nil {
+		return []error{err}
+	}
 	var errs []error
-	for _, ss := range s.sessionsToEnd(entries) {
+	for _, ss := range sessions {
 		if err := s.waitAttached(ctx, ss); err != nil {
 			return append(errs, err)
 		}
@@ -558,7 +561,7 @@ func (s *DocumentStore) releaseEach(ctx context.Context, grants []Grant) error {
 		}
 		locks = append(locks, unlock)
 		s.mu.Lock()
-		h, held := s.held[g.Key]
+		h, held := s.entry(g.Key)
 		unsettled := len(s.pending[g.Key]) > 0
 		s.mu.Unlock()
 		if !held || unsettled || h.grant.Epoch != g.Epoch {

@@ -44,10 +44,34 @@ const sessionRetention = time.Hour
 // it starts a session, so sessions are deleted faster than they are made.
 const sessionSweep = 100
 
+// ctxMutex is a mutex whose lock gives up when ctx ends. The session's
+// locks are held across a storage call, bounded by its own ctx (a
+// keeper's renewal by half the time to its deadline, a session start by
+// its Hold's): a Confirm or ReleaseAll waiting behind it returns when its
+// own ctx ends, not when the other call does. A goroutine waiting on it is
+// durably blocked, so that a testing/synctest bubble's clock (the Held
+// model's) moves on and ends the call it waits for; on a sync.Mutex the
+// bubble never goes idle and hangs.
+type ctxMutex chan struct{}
+
+func newCtxMutex() ctxMutex { return make(ctxMutex, 1) }
+
+// lock takes m, or returns ctx's error once ctx ends.
+func (m ctxMutex) lock(ctx context.Context) error {
+	select {
+	case m <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m ctxMutex) unlock() { <-m }
+
 // storeSession is one session of a DocumentStore (R18).
 type storeSession struct {
 	id      string
-	wmu     sync.Mutex   // serialises this store's writes of the session's record
+	wmu     ctxMutex     // serialises this store's writes of the session's record
 	expires atomic.Int64 // ExpiresAt of the last write that landed, Unix nanoseconds
 
 	mu        sync.Mutex    // guards the fields below
@@ -110,8 +134,10 @@ func (s *DocumentStore) sessionMargin() time.Duration { return s.ttl() / 6 }
 // keys into, starting one when there is none or the last one lapsed, and
 // counts the acquire in until it calls detach: ReleaseAll waits for it.
 func (s *DocumentStore) attach(ctx context.Context) (*storeSession, error) {
-	s.sessMu.Lock()
-	defer s.sessMu.Unlock()
+	if err := s.sessMu.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.sessMu.unlock()
 	if ss := s.sess; ss != nil {
 		usable, idle := s.attachable(ss)
 		if usable && idle {
@@ -188,7 +214,7 @@ func (s *DocumentStore) startSession(ctx context.Context) (*storeSession, error)
 				return nil, err
 			}
 		}
-		ss := &storeSession{id: id}
+		ss := &storeSession{id: id, wmu: newCtxMutex()}
 		ss.landed(rec, version, sent.mono)
 		s.lastID = id
 		s.obs.session(EventSessionStarted, id, nil)
@@ -279,8 +305,10 @@ func (s *DocumentStore) renewSession(ctx context.Context, ss *storeSession, marg
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	ss.wmu.Lock()
-	defer ss.wmu.Unlock()
+	if err := ss.wmu.lock(ctx); err != nil {
+		return err
+	}
+	defer ss.wmu.unlock()
 	sent := readClocks()
 	ss.mu.Lock()
 	ended, version, deadline := ss.ended, ss.version, ss.base.Add(s.ttl()-margin)
@@ -344,8 +372,10 @@ func (s *DocumentStore) settleSessionWrite(ctx context.Context, rec SessionRecor
 // of their own. A write that fails leaves ss to be ended by a retry; one
 // that finds ss ended by another store is an error matching ErrLost.
 func (s *DocumentStore) endSession(ctx context.Context, ss *storeSession) error {
-	ss.wmu.Lock()
-	defer ss.wmu.Unlock()
+	if err := ss.wmu.lock(ctx); err != nil {
+		return err
+	}
+	defer ss.wmu.unlock()
 	ss.mu.Lock()
 	version := ss.version
 	ss.mu.Unlock()
@@ -579,19 +609,21 @@ func (s *DocumentStore) forgetSession(ss *storeSession) {
 
 // sessionsToEnd returns the sessions ReleaseAll ends (R22): the store's
 // own, and any other that a grant in the table is attached to.
-func (s *DocumentStore) sessionsToEnd(entries []heldGrant) []*storeSession {
+func (s *DocumentStore) sessionsToEnd(ctx context.Context, entries []heldGrant) ([]*storeSession, error) {
 	var out []*storeSession
-	s.sessMu.Lock()
+	if err := s.sessMu.lock(ctx); err != nil {
+		return nil, err // a session start is in flight, past ctx
+	}
 	if s.sess != nil && !s.sess.isEnded() {
 		out = append(out, s.sess)
 	}
-	s.sessMu.Unlock()
+	s.sessMu.unlock()
 	for _, h := range entries {
 		if h.sess != nil && !slices.Contains(out, h.sess) {
 			out = append(out, h.sess)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // releaseSession ends ss clean for ReleaseAll, in one write, after the

@@ -10,7 +10,8 @@ import (
 
 // TestHeldModel runs leasetest's model of the Held layer (Hold, Release,
 // Confirm, ReleaseAll, Close, waiters, storage faults) over the memory
-// driver and the local store (package sqlite runs it over SQLite). `make
+// driver, whose stores keep their Helds through sessions (R18–R23), and
+// the local store (package sqlite runs it over SQLite). `make
 // model` runs it with 1000 checks; a plain `go test` with fewer for the
 // slower store.
 func TestHeldModel(t *testing.T) {

@@ -3,7 +3,7 @@
 // porcupine linearizability check, for any lease.Driver or lease.Store; and
 // TestHeldModel, a rapid model of the Held layer above a store (Hold,
 // Release, Confirm, ReleaseAll, Close, waiters and storage faults: R12,
-// R15-R17). Every driver and store this module ships passes it; a driver
+// R15-R17; through sessions over a driver that keeps them: R18-R23). Every driver and store this module ships passes it; a driver
 // written elsewhere proves itself with it:
 //
 //	func TestMyDriver(t *testing.T) {
@@ -26,6 +26,8 @@
 // record's session exactly and its session records by compare-and-swap
 // (R24: TestDriver's "R24" subtests). TestStore checks a whole Store (open
 // gives every store of one test the same backend: see Shared). The fault
-// wrappers (NewFaultDriver, Slow, GarbageGets) and the history Recorder with
-// CheckHistory serve a driver's own tests too.
+// wrappers (NewFaultDriver, Slow, GarbageGets; they hide the optional
+// interfaces of the driver they wrap, sessions included, and state no
+// Sessions) and the history Recorder with CheckHistory serve a driver's
+// own tests too.
 package leasetest

@@ -30,8 +30,9 @@ const (
 )
 
 // FaultDriver wraps a Driver to count its calls and to fail chosen ones.
-// It states the capabilities of the driver it wraps, and hides its
-// optional interfaces (batches, lists), so every call is a Get or a Put.
+// It states the capabilities of the driver it wraps but Sessions, and
+// hides its optional interfaces (batches, lists, sessions), so every call
+// is a Get or a Put: a store over it keeps every key per key.
 type FaultDriver struct {
 	lease.Driver
 	mu         sync.Mutex // guards the fields below
@@ -65,8 +66,16 @@ func (f *FaultDriver) Calls() (gets, puts int) {
 	return f.gets, f.puts
 }
 
-// Capabilities states what the wrapped driver states.
-func (f *FaultDriver) Capabilities() lease.Capabilities { return lease.DriverCapabilities(f.Driver) }
+// Capabilities states what the wrapped driver states, but Sessions.
+func (f *FaultDriver) Capabilities() lease.Capabilities { return withoutSessions(f.Driver) }
+
+// withoutSessions is what d states, but Sessions: a wrapper that does not
+// forward the session methods must not claim them (R24).
+func withoutSessions(d lease.Driver) lease.Capabilities {
+	caps := lease.DriverCapabilities(d)
+	caps.Sessions = false
+	return caps
+}
 
 // Get reads through the wrapped driver unless a failure is due.
 func (f *FaultDriver) Get(ctx context.Context, key string) (lease.Record, uint64, error) {
@@ -105,7 +114,9 @@ func (f *FaultDriver) Put(ctx context.Context, rec lease.Record, pre lease.Preco
 
 // Slow returns d with every Get and Put delayed by delay, as behind a
 // distant server; a call whose ctx ends while it waits fails with the
-// ctx's error and reaches nothing. It widens every race window.
+// ctx's error and reaches nothing. It widens every race window. Like
+// FaultDriver it states d's capabilities but Sessions, and hides d's
+// optional interfaces.
 func Slow(d lease.Driver, delay time.Duration) lease.Driver {
 	return &slowDriver{Driver: d, delay: delay}
 }
@@ -115,7 +126,7 @@ type slowDriver struct {
 	delay time.Duration
 }
 
-func (s *slowDriver) Capabilities() lease.Capabilities { return lease.DriverCapabilities(s.Driver) }
+func (s *slowDriver) Capabilities() lease.Capabilities { return withoutSessions(s.Driver) }
 
 func (s *slowDriver) wait(ctx context.Context) error {
 	t := time.NewTimer(s.delay)
@@ -145,7 +156,8 @@ func (s *slowDriver) Put(ctx context.Context, rec lease.Record, pre lease.Precon
 // GarbageGets returns d with every Get answering rec, whatever the key (as
 // a backend holding a record no store could have written), or, with rec
 // nil, an error matching ErrCorrupt (as a driver that cannot parse what it
-// read). Puts reach d.
+// read). Puts reach d. It states d's capabilities but Sessions, and hides
+// d's optional interfaces.
 func GarbageGets(d lease.Driver, rec *lease.Record) lease.Driver {
 	return &garbageDriver{Driver: d, rec: rec}
 }
@@ -155,7 +167,7 @@ type garbageDriver struct {
 	rec *lease.Record
 }
 
-func (g *garbageDriver) Capabilities() lease.Capabilities { return lease.DriverCapabilities(g.Driver) }
+func (g *garbageDriver) Capabilities() lease.Capabilities { return withoutSessions(g.Driver) }
 
 func (g *garbageDriver) Get(context.Context, string) (lease.Record, uint64, error) {
 	if g.rec == nil {

@@ -14,6 +14,10 @@ import (
 // (late, unknown, hanging, a failed batch), and, at the moment each write
 // would land, checks R17: no live Held of the grant a write gives up. It
 // serialises writes, so that the check and the write see one state.
+//
+// It hides sessions (it states no Sessions, R24); over a driver that has
+// them, the stores get it as a heldSessionFaults (driver), which forwards
+// them with faults of their own.
 type heldFaults struct {
 	lease.Driver
 	m       *heldModel
@@ -26,6 +30,20 @@ type heldFaults struct {
 	failBatch bool            // one-shot: the next PutMany fails
 	batchAll  bool            // ... after applying all its writes (else none)
 	inflight  map[string]int  // writes in flight per key
+	sess      sessionFaults   // faults of session writes
+}
+
+// sessionFaults are the faults armed for session writes (PutSession),
+// whatever the session: a store has one session at a time, and its
+// renewal is the one write that keeps all its keys (R20).
+type sessionFaults struct {
+	fail     bool          // every session write fails before it lands, until healed
+	late     time.Duration // every session write answers this much after it landed
+	slow     time.Duration // one-shot: the next session write lands this much after it was sent, whatever its ctx says
+	hang     bool          // every session write hangs until its ctx ends; nothing lands
+	unknown  bool          // one-shot: the next session write lands and reports an unknown outcome (R9)
+	reread   bool          // ... and the GetSession after it fails too, so the outcome stays unknown
+	failGets int           // fail this many following GetSessions
 }
 
 func newHeldFaults(d lease.Driver, m *heldModel, latency time.Duration) *heldFaults {
@@ -33,8 +51,24 @@ func newHeldFaults(d lease.Driver, m *heldModel, latency time.Duration) *heldFau
 		late: map[string]time.Duration{}, hang: map[string]bool{}, unknown: map[string]bool{}, inflight: map[string]int{}}
 }
 
-// Capabilities states what the wrapped driver states.
-func (f *heldFaults) Capabilities() lease.Capabilities { return lease.DriverCapabilities(f.Driver) }
+// Capabilities states what the wrapped driver states, but Sessions: it
+// does not forward session methods (heldSessionFaults does).
+func (f *heldFaults) Capabilities() lease.Capabilities { return withoutSessions(f.Driver) }
+
+// driver is what the stores use: f, or f with sessions when the wrapped
+// driver states them and implements them (R24).
+func (f *heldFaults) driver() lease.Driver {
+	if sd, ok := f.Driver.(lease.SessionDriver); ok && lease.DriverCapabilities(f.Driver).Sessions {
+		return &heldSessionFaults{heldFaults: f, sd: sd}
+	}
+	return f
+}
+
+// sessions reports whether the stores keep their Helds through sessions.
+func (f *heldFaults) sessions() bool {
+	_, ok := f.driver().(*heldSessionFaults)
+	return ok
+}
 
 // heal ends every fault.
 func (f *heldFaults) heal() {
@@ -44,6 +78,7 @@ func (f *heldFaults) heal() {
 	clear(f.hang)
 	clear(f.unknown)
 	f.failBatch = false
+	f.sess = sessionFaults{}
 }
 
 // busy reports whether a write of key is in flight.
@@ -195,6 +230,156 @@ func (f *heldFaults) apply(ctx context.Context, w lease.Write) (uint64, error) {
 	lands := w.Pre.Absent != exists && (!exists || version == w.Pre.Version)
 	if lands && exists && !cur.Released && (w.Rec.Released || w.Rec.Owner != cur.Owner || w.Rec.Epoch != cur.Epoch) {
 		f.m.givingUp(cur, w.Rec)
+		if !w.Rec.Released && w.Rec.Owner != cur.Owner && cur.Session != "" {
+			f.takingFromSession(ctx, cur, w.Rec)
+		}
 	}
 	return f.Driver.Put(ctx, w.Rec, w.Pre)
+}
+
+// takingFromSession checks R21 as another owner's write takes key record
+// cur, attached to a session: the session must have ended first (a store
+// taking a key of its own lapsed session need not end it, and an owner
+// is one store here, but for a reopened store of the same owner).
+func (f *heldFaults) takingFromSession(ctx context.Context, cur, next lease.Record) {
+	sd, ok := f.Driver.(lease.SessionDriver)
+	if !ok {
+		return
+	}
+	sess, _, err := sd.GetSession(context.WithoutCancel(ctx), cur.Session)
+	switch {
+	case err != nil:
+		f.m.record("R21: key %s: %s took it at epoch %d from session %s, which cannot be read: %v", cur.Key, next.Owner, next.Epoch, cur.Session, err)
+	case sess.State == lease.SessionLive:
+		f.m.record("R21: key %s: %s took it at epoch %d while its session %s of %s was still live (expiring %v ago)",
+			cur.Key, next.Owner, next.Epoch, cur.Session, sess.Owner, time.Since(sess.ExpiresAt))
+	}
+}
+
+// heldSessionFaults is heldFaults over a driver with sessions: it states
+// Sessions and forwards the session methods, failing session writes as
+// the session faults say, and checking, as each session write would land,
+// that it ends no session while a Held of one of its keys is live (R17)
+// and revives or renews no session that ended or expired (R19).
+type heldSessionFaults struct {
+	*heldFaults
+	sd lease.SessionDriver
+}
+
+// Capabilities states what the wrapped driver states, Sessions included.
+func (f *heldSessionFaults) Capabilities() lease.Capabilities {
+	return lease.DriverCapabilities(f.Driver)
+}
+
+// GetSession reads through, unless a failed re-read is due.
+func (f *heldSessionFaults) GetSession(ctx context.Context, id string) (lease.SessionRecord, uint64, error) {
+	if err := f.wait(ctx, f.latency); err != nil {
+		return lease.SessionRecord{}, 0, err
+	}
+	f.mu.Lock()
+	fail := f.sess.failGets > 0
+	if fail {
+		f.sess.failGets--
+	}
+	f.mu.Unlock()
+	if fail {
+		return lease.SessionRecord{}, 0, ErrInjected
+	}
+	return f.sd.GetSession(ctx, id)
+}
+
+// sessionPlan is what the faults armed now do to one session write.
+func (f *heldSessionFaults) sessionPlan() sessionFaults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.sess
+	if p.fail || p.hang {
+		return p
+	}
+	if f.sess.unknown {
+		f.sess.unknown, f.sess.reread = false, false
+		if p.reread {
+			f.sess.failGets++
+		}
+	}
+	f.sess.slow = 0
+	return p
+}
+
+// PutSession writes a session record, as the session faults say.
+func (f *heldSessionFaults) PutSession(ctx context.Context, rec lease.SessionRecord, pre lease.Precondition) (uint64, error) {
+	if err := f.wait(ctx, f.latency); err != nil {
+		return 0, err
+	}
+	p := f.sessionPlan()
+	switch {
+	case p.hang:
+		f.m.sessionFaulted(rec.Owner)
+		<-ctx.Done()
+		return 0, ctx.Err()
+	case p.fail:
+		f.m.sessionFaulted(rec.Owner)
+		return 0, ErrInjected
+	}
+	sent := time.Now()
+	if p.slow > 0 {
+		f.m.sessionFaulted(rec.Owner)
+		time.Sleep(p.slow) // on the wire: it lands, whatever ctx says, and races what came since (R21)
+	}
+	version, err := f.applySession(ctx, rec, pre, sent)
+	if p.unknown {
+		f.m.sessionFaulted(rec.Owner)
+		version, err = 0, ErrInjected
+	}
+	if p.late > 0 {
+		f.m.sessionFaulted(rec.Owner)
+		time.Sleep(p.late) // the reply is on its way: it comes, whatever ctx says
+	}
+	return version, err
+}
+
+// applySession makes one session write, after checking R17 and R19
+// against the state it would change.
+func (f *heldSessionFaults) applySession(ctx context.Context, rec lease.SessionRecord, pre lease.Precondition, sent time.Time) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, version, err := f.sd.GetSession(context.WithoutCancel(ctx), rec.ID)
+	exists := err == nil
+	if err != nil && !errors.Is(err, lease.ErrNotFound) {
+		return 0, err
+	}
+	if lands := pre.Absent != exists && (!exists || version == pre.Version); lands && exists {
+		f.checkSessionWrite(ctx, cur, rec, sent)
+	}
+	return f.sd.PutSession(ctx, rec, pre)
+}
+
+// checkSessionWrite checks a write of next over cur, sent at sent, that
+// lands: a live session is renewed only by a write sent before its
+// expiry, and an ended one is never written live again (R19); a session
+// ends only once no Held of a key attached to it is live (R17).
+func (f *heldSessionFaults) checkSessionWrite(ctx context.Context, cur, next lease.SessionRecord, sent time.Time) {
+	switch {
+	case next.State != lease.SessionLive && cur.State == lease.SessionLive:
+		for _, key := range f.m.keys {
+			rec, _, err := f.Driver.Get(context.WithoutCancel(ctx), key)
+			if err == nil && !rec.Released && rec.Session == cur.ID {
+				f.m.givingUpSession(rec, next)
+			}
+		}
+	case next.State == lease.SessionLive && cur.State != lease.SessionLive:
+		f.m.record("R19: session %s of %s, %v, was written live again", cur.ID, cur.Owner, cur.State)
+	case next.State == lease.SessionLive && !sent.Before(cur.ExpiresAt):
+		f.m.record("R19: session %s of %s was renewed by a write sent %v after its expiry", cur.ID, cur.Owner, sent.Sub(cur.ExpiresAt))
+	}
+}
+
+// RemoveSessions deletes old sessions, serialised with the writes.
+func (f *heldSessionFaults) RemoveSessions(ctx context.Context, before time.Time, limit int) (int, error) {
+	if err := f.wait(ctx, f.latency); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sd.RemoveSessions(ctx, before, limit)
 }

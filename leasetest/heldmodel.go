@@ -25,20 +25,32 @@ const HeldTTL = 6 * time.Second
 // on one driver, inside a testing/synctest bubble so that TTLs, renewals
 // and deadlines run on virtual time. Each run calls open once, inside its
 // bubble, for a fresh and empty driver (dir is a new directory of the
-// run's own, for a driver that keeps files); the run closes it.
+// run's own, for a driver that keeps files); the run closes it. Over a
+// driver that states Sessions, the stores keep their Helds through
+// sessions (R18–R23): renewed once per period, ended clean by ReleaseAll,
+// killed by another store after a Close, lapsed when their writes fail.
 //
 // The stores share the driver through a wrapper that makes chosen writes
 // land late, report an unknown outcome, or hang until their context ends,
-// and makes a batch fail. Steps: Hold (waiting, FailIfHeld, with a
-// deadline, or cancelled later; a second Hold of a key in one store
-// included), Held.Release, Confirm, ReleaseAll, Close and reopen, clock
-// steps, and those faults. It checks, when a Hold returns, that no other
+// and makes a batch fail; and, over sessions, makes every session write
+// fail, answer late, hang, or one land late or report an unknown outcome
+// (its re-read failing too, or not). Steps: Hold (waiting, FailIfHeld,
+// with a deadline, or cancelled later; a second Hold of a key in one
+// store included), Held.Release, Confirm, ReleaseAll, Close and reopen,
+// a store closing while others wait for its keys (a takeover), clock
+// steps (and a quiet hour past the sessions' retention, so that old
+// sessions are swept), and those faults. It checks, when a Hold returns, that no other
 // Held of its key in its store is live and that its epoch is new (R16);
-// when a write would free a key, that no Held of the grant it gives up is
-// live (R17); and, whenever the bubble is idle: at most one live Held per
-// key, in an open store, whose grant is the key's live record; no live
-// record of an open store that no Held of it has (an orphan); and no Held
-// ended that nothing ended (R12).
+// when a write would free a key (a release, a takeover, or the end of its
+// session), that no Held of the grant it gives up is live (R17); that a
+// key of a session is taken only once its session ended (R21), and that
+// a session is renewed only by a write sent before its expiry and never
+// written live once ended (R19); and, whenever the bubble is idle: at
+// most one live Held per key, in an open store, whose grant is the key's
+// live record (a key attached to a session is live only while its session
+// is live and unexpired, and one naming a missing session fails the
+// run, R20, R22); no live record of an open store that no Held of it has
+// (an orphan); and no Held ended that nothing ended (R12).
 //
 // checks is the number of runs; 0 uses rapid's -rapid.checks flag (100 by
 // default). A positive checks sets that flag while the test runs.
@@ -49,7 +61,8 @@ func TestHeldModel(t *testing.T, open func(dir string) (lease.Driver, error), ch
 			rt.Fatalf("opening the driver: %v", err)
 		}
 		latency := rapid.SampledFrom([]time.Duration{0, time.Millisecond, 20 * time.Millisecond}).Draw(rt, "latency")
-		return &docBackend{raw: d, faults: newHeldFaults(d, m, latency)}
+		f := newHeldFaults(d, m, latency)
+		return &docBackend{raw: d, faults: f, drv: f.driver()}
 	})
 }
 
@@ -102,21 +115,36 @@ type heldBackend interface {
 type docBackend struct {
 	raw    lease.Driver
 	faults *heldFaults
+	drv    lease.Driver // what the stores use: faults, with sessions if raw has them
 }
 
 func (b *docBackend) open(owner string) (lease.Store, error) {
-	return lease.NewDocumentStore(b.faults, lease.WithOwner(owner), lease.WithTTL(HeldTTL))
+	return lease.NewDocumentStore(b.drv, lease.WithOwner(owner), lease.WithTTL(HeldTTL))
 }
 
+// live reads key's record as it stands, with its session's expiry for a
+// key attached to one: live while not released and its session is live
+// and unexpired (R20). A key naming a session that is missing or
+// unreadable is an error (R22, R23: no removal may strand a key).
 func (b *docBackend) live(key string) (lease.Record, bool, error) {
-	rec, _, err := b.raw.Get(context.Background(), key)
+	ctx := context.Background()
+	rec, _, err := b.raw.Get(ctx, key)
 	if errors.Is(err, lease.ErrNotFound) {
 		return lease.Record{}, false, nil
 	}
-	if err != nil {
-		return lease.Record{}, false, err
+	if err != nil || rec.Released || rec.Session == "" {
+		return rec, err == nil && !rec.Released && time.Now().Before(rec.ExpiresAt), err
 	}
-	return rec, !rec.Released && time.Now().Before(rec.ExpiresAt), nil
+	sd, ok := b.raw.(lease.SessionDriver)
+	if !ok {
+		return rec, false, fmt.Errorf("the record names session %s, and the driver has no sessions", rec.Session)
+	}
+	sess, _, err := sd.GetSession(ctx, rec.Session)
+	if err != nil {
+		return rec, false, fmt.Errorf("session %s, which the record of owner %s epoch %d names: %w", rec.Session, rec.Owner, rec.Epoch, err)
+	}
+	rec.ExpiresAt = sess.ExpiresAt
+	return rec, sess.State == lease.SessionLive && time.Now().Before(sess.ExpiresAt), nil
 }
 
 func (b *docBackend) faulty() *heldFaults { return b.faults }
@@ -148,6 +176,9 @@ type heldStore struct {
 	owner  string
 	store  lease.Store
 	closed bool
+	// releaseAlls counts the ReleaseAll calls begun on it: one that runs
+	// while a Hold is answered may end the Held before Hold returns it.
+	releaseAlls int
 }
 
 // heldEntry is one Held a Hold returned.
@@ -158,6 +189,9 @@ type heldEntry struct {
 	epoch  uint64
 	ended  bool // the model ended it: Release, ReleaseAll, Close, or Confirm said it was lost
 	faults int  // the key's fault count when the Held began
+	// sessFaults is the store owner's count of session write faults
+	// when the Held began: one may end every Held of the session (R19).
+	sessFaults int
 }
 
 func (e *heldEntry) live() bool { return e.h.Context().Err() == nil }
@@ -168,12 +202,14 @@ func (e *heldEntry) String() string {
 
 // holdCall is one Hold in flight or done.
 type holdCall struct {
-	faults int // the key's fault count when the Hold began
-	st     *heldStore
-	key    string
-	mode   string
-	cancel context.CancelFunc
-	done   bool
+	faults     int // the key's fault count when the Hold began
+	sessFaults int // and the owner's count of session write faults
+	releaseAll int // and its store's count of ReleaseAll calls begun
+	st         *heldStore
+	key        string
+	mode       string
+	cancel     context.CancelFunc
+	done       bool
 }
 
 // grantID names one grant.
@@ -196,6 +232,7 @@ type heldModel struct {
 	calls      []*holdCall
 	topGrant   map[string]grantID // per key: the newest grant a Hold returned
 	faults     map[string]int     // per key: how many faults touched its writes
+	sessFaults map[string]int     // per owner: how many faults touched its sessions' writes
 	ambiguous  map[grantID]bool   // grants a write of unknown outcome may have left held
 	violations []string
 	events     []string // what happened, for a failure's message
@@ -204,7 +241,7 @@ type heldModel struct {
 
 func newHeldModel(rt *rapid.T) *heldModel {
 	m := &heldModel{t: rt, keys: []string{"held/a", "held/b", "held/c"},
-		topGrant: map[string]grantID{}, faults: map[string]int{}, ambiguous: map[grantID]bool{}, start: time.Now()}
+		topGrant: map[string]grantID{}, faults: map[string]int{}, sessFaults: map[string]int{}, ambiguous: map[grantID]bool{}, start: time.Now()}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m
 }
@@ -236,15 +273,21 @@ func (m *heldModel) run() {
 		"confirm":     m.confirm,
 		"release all": m.releaseAll,
 		"close":       m.close,
+		"take over":   m.takeOver,
 		"reopen":      m.reopen,
 		"leave":       m.leave,
 		"advance":     m.advance,
+		"quiet hour":  m.quietHour,
 		"":            m.check,
 	}
 	if m.b.faulty() != nil {
 		steps["fault"] = m.fault
 		steps["heal"] = m.heal
 		steps["fail batch"] = m.failBatch
+		if m.b.faulty().sessions() {
+			steps["session fault"] = m.sessionFault
+			steps["heal sessions"] = m.healSessions
+		}
 	}
 	m.t.Repeat(steps)
 }
@@ -311,9 +354,15 @@ func (m *heldModel) hold(t *rapid.T) {
 	case "cancellable":
 		ctx, cancel = context.WithCancel(m.ctx)
 	}
+	m.startHold(st, key, mode, ctx, cancel, opts...)
+}
+
+// startHold starts a Hold of key by st in mode, and waits until it
+// waits or is answered.
+func (m *heldModel) startHold(st *heldStore, key, mode string, ctx context.Context, cancel context.CancelFunc, opts ...lease.HoldOption) {
 	c := &holdCall{st: st, key: key, mode: mode, cancel: cancel}
 	m.mu.Lock()
-	c.faults = m.faults[key]
+	c.faults, c.sessFaults, c.releaseAll = m.faults[key], m.sessFaults[st.owner], st.releaseAlls
 
 	m.calls = append(m.calls, c)
 	m.note("Hold(%s) by %s (%s) begins", key, st.name, mode)
@@ -343,7 +392,7 @@ func (m *heldModel) held(c *holdCall, h *lease.Held, err error) {
 	// ended (R15), or one the checks find live.
 	// A fault on the key's writes while the Hold acquired it (a late
 	// acquire) may leave its Held short of time: it excuses a loss too.
-	e := &heldEntry{h: h, st: c.st, key: c.key, epoch: g.Epoch, faults: c.faults, ended: c.st.closed}
+	e := &heldEntry{h: h, st: c.st, key: c.key, epoch: g.Epoch, faults: c.faults, sessFaults: c.sessFaults, ended: c.st.closed}
 	if g.Key != c.key || g.Owner != c.st.owner {
 		m.violate("Hold(%s) by %s returned a grant of %q owned by %s", c.key, c.st.name, g.Key, g.Owner)
 	}
@@ -353,9 +402,18 @@ func (m *heldModel) held(c *holdCall, h *lease.Held, err error) {
 				c.key, c.mode, c.st.name, g.Epoch, o)
 		}
 	}
+	// A ReleaseAll of the store that ran while the Hold waited may have
+	// ended its Held already (R22: it waits for the acquires writing keys
+	// into the session it ends, and ends their Helds too); then a later
+	// Hold may have taken the key again and returned first.
+	if c.st.releaseAlls != c.releaseAll && !e.live() {
+		e.ended = true
+	}
 	// Epochs only grow. The same epoch again is the same grant, which only
 	// its own owner may take up again, once its Helds ended (R4c, R16).
-	if top := m.topGrant[c.key]; g.Epoch < top.epoch || (g.Epoch == top.epoch && g.Owner != top.owner) {
+	// A Held that has ended by the time its Hold returns holds nothing:
+	// whether it should have ended is R12's check.
+	if top := m.topGrant[c.key]; e.live() && (g.Epoch < top.epoch || (g.Epoch == top.epoch && g.Owner != top.owner)) {
 		m.violate("R2: key %s: Hold (%s) by %s returned owner %s epoch %d after a Held of owner %s epoch %d",
 			c.key, c.mode, c.st.name, g.Owner, g.Epoch, top.owner, top.epoch)
 	}
@@ -424,21 +482,75 @@ func (m *heldModel) releaseAll(t *rapid.T) {
 	defer cancel()
 	m.mu.Lock()
 	before := len(m.entries) // a Hold that returns while ReleaseAll runs may keep its key
+	st.releaseAlls++
 	m.mu.Unlock()
 	err := st.store.ReleaseAll(ctx)
 	m.log("ReleaseAll of %s: %v", st.name, err)
 	if err == nil {
 		m.wantEnded(st, "ReleaseAll", before)
 	}
+	// A Hold answered while ReleaseAll ran may have been ended by it: over
+	// sessions, ReleaseAll waits for the acquires writing keys into the
+	// session it ends, and ends their Helds too (R22).
+	m.mu.Lock()
+	for _, e := range m.entries[before:] {
+		if e.st == st && !e.live() {
+			e.ended = true
+		}
+	}
+	m.mu.Unlock()
 }
 
 func (m *heldModel) close(t *rapid.T) {
-	st := m.openSlot(t)
+	m.closeStore(m.openSlot(t))
+}
+
+func (m *heldModel) closeStore(st *heldStore) {
 	m.endByModel(func(o *heldEntry) bool { return o.st == st })
 	st.closed = true
 	err := st.store.Close()
 	m.log("Close of %s: %v", st.name, err)
 	m.wantEnded(st, "Close", -1)
+}
+
+// takeOver closes a store whose Helds hold keys, as a crash would (R15:
+// it leaves its session to expire), has another open store wait for each
+// of those keys, and lets the session expire: the first taker to find it
+// expired ends it (R21, "kill before take"), and every key goes on with
+// PreviousUnclean.
+func (m *heldModel) takeOver(t *rapid.T) {
+	m.mu.Lock()
+	held := map[*heldStore][]string{}
+	var holders []*heldStore
+	for _, e := range m.entries {
+		if e.live() && !e.st.closed && !slices.Contains(held[e.st], e.key) {
+			if held[e.st] == nil {
+				holders = append(holders, e.st)
+			}
+			held[e.st] = append(held[e.st], e.key)
+		}
+	}
+	m.mu.Unlock()
+	if len(holders) == 0 {
+		t.Skip("no store holds a key")
+	}
+	st := holders[rapid.IntRange(0, len(holders)-1).Draw(t, "crashing store")]
+	var takers []*heldStore
+	for _, slot := range m.slots {
+		if cur := slot[len(slot)-1]; !cur.closed && cur != st {
+			takers = append(takers, cur)
+		}
+	}
+	if len(takers) == 0 {
+		t.Skip("no other open store")
+	}
+	taker := takers[rapid.IntRange(0, len(takers)-1).Draw(t, "taker")]
+	m.log("%s crashes; %s waits for %v", st.name, taker.name, held[st])
+	m.closeStore(st)
+	for _, key := range held[st] {
+		m.startHold(taker, key, "wait", m.ctx, func() {})
+	}
+	time.Sleep(HeldTTL + time.Second)
 }
 
 func (m *heldModel) reopen(t *rapid.T) {
@@ -485,6 +597,22 @@ func (m *heldModel) advance(t *rapid.T) {
 	time.Sleep(d)
 }
 
+// quietHour lets more than an hour pass while no Held is live and no
+// Hold is on its way (else each renewal of an hour is a write): past the
+// sessions' retention, the next session's start sweeps the old ones that
+// no key names any more (R22), and a key naming a session that is gone
+// fails the next check.
+func (m *heldModel) quietHour(t *rapid.T) {
+	m.mu.Lock()
+	busy := slices.ContainsFunc(m.entries, (*heldEntry).live) || slices.ContainsFunc(m.calls, func(c *holdCall) bool { return !c.done })
+	m.mu.Unlock()
+	if busy {
+		t.Skip("a Held is live or a Hold is on its way")
+	}
+	m.log("an hour passes")
+	time.Sleep(time.Hour + HeldTTL)
+}
+
 func (m *heldModel) fault(t *rapid.T) {
 	f := m.b.faulty()
 	key := rapid.SampledFrom(m.keys).Draw(t, "key")
@@ -510,6 +638,39 @@ func (m *heldModel) heal(t *rapid.T) {
 	defer f.mu.Unlock()
 	delete(f.late, key)
 	delete(f.hang, key)
+}
+
+// sessionFault arms a fault of every store's session writes (R19, R9):
+// renewals failing past the deadline make sessions lapse; an unknown
+// outcome, with its re-read failing or not, must be settled.
+func (m *heldModel) sessionFault(t *rapid.T) {
+	f := m.b.faulty()
+	kind := rapid.SampledFrom([]string{"fail", "unknown", "unknown, re-read fails", "late", "slow", "hang"}).Draw(t, "session fault")
+	m.log("fault: session writes: %s", kind)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch kind {
+	case "fail":
+		f.sess.fail = true
+	case "unknown":
+		f.sess.unknown = true
+	case "unknown, re-read fails":
+		f.sess.unknown, f.sess.reread = true, true
+	case "late":
+		f.sess.late = rapid.SampledFrom([]time.Duration{100 * time.Millisecond, time.Second, 4 * time.Second}).Draw(t, "delay")
+	case "slow": // a renewal on the wire past its Helds' deadline races a taker's kill (R21)
+		f.sess.slow = rapid.SampledFrom([]time.Duration{100 * time.Millisecond, 2 * time.Second, 5 * time.Second}).Draw(t, "delay")
+	case "hang":
+		f.sess.hang = true
+	}
+}
+
+func (m *heldModel) healSessions(*rapid.T) {
+	f := m.b.faulty()
+	m.log("heal: session writes")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sess = sessionFaults{}
 }
 
 func (m *heldModel) failBatch(t *rapid.T) {
@@ -567,6 +728,27 @@ func (m *heldModel) faulted(ws []lease.Write, ambiguous bool) {
 	}
 }
 
+// sessionFaulted notes that a fault touched a write of a session of
+// owner: every Held of it may lose for it.
+func (m *heldModel) sessionFaulted(owner string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sessFaults[owner]++
+}
+
+// givingUpSession checks R17 as a write is about to end the session that
+// key record cur is attached to (next: ended clean by ReleaseAll, or
+// unclean by a taker, R21, R22).
+func (m *heldModel) givingUpSession(cur lease.Record, next lease.SessionRecord) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.entries {
+		if e.key == cur.Key && e.st.owner == cur.Owner && e.epoch == cur.Epoch && e.live() {
+			m.violate("R17: key %s: session %s was %v while %v was live", cur.Key, next.ID, next.State, e)
+		}
+	}
+}
+
 // givingUp checks R17 as a write is about to free cur's grant for next.
 func (m *heldModel) givingUp(cur, next lease.Record) {
 	m.mu.Lock()
@@ -610,7 +792,7 @@ func (m *heldModel) checkKey(key string) {
 		}
 		if e.live() {
 			live = append(live, e)
-		} else if !e.ended && m.faults[key] == e.faults {
+		} else if !e.ended && m.faults[key] == e.faults && m.sessFaults[e.st.owner] == e.sessFaults {
 			m.violate("R12: key %s: %v ended though nothing ended it and its storage never failed: %v",
 				key, e, context.Cause(e.h.Context()))
 			e.ended = true // once
@@ -682,6 +864,9 @@ func (m *heldModel) describe(rec lease.Record) string {
 		return "no live record"
 	}
 	state := fmt.Sprintf("expires at %v", rec.ExpiresAt.Sub(m.start))
+	if rec.Session != "" {
+		state = fmt.Sprintf("session %.8s, which expires at %v", rec.Session, rec.ExpiresAt.Sub(m.start))
+	}
 	if rec.Released {
 		state = "released"
 	}

@@ -21,3 +21,23 @@ func TestStoreOnOneBackend(t *testing.T) {
 		return s
 	})
 }
+
+// TestWrappersStateNoSessions: the fault wrappers do not forward the
+// session methods, so they state no Sessions, whatever the driver they
+// wrap states (R24), and a store over them keeps every key per key.
+func TestWrappersStateNoSessions(t *testing.T) {
+	d := lease.NewMemoryDriver()
+	if !lease.DriverCapabilities(d).Sessions {
+		t.Fatal("the memory driver states no Sessions: nothing to hide")
+	}
+	for name, w := range map[string]lease.Driver{
+		"FaultDriver": leasetest.NewFaultDriver(d),
+		"Slow":        leasetest.Slow(d, time.Millisecond),
+		"GarbageGets": leasetest.GarbageGets(d, nil),
+	} {
+		_, isSD := w.(lease.SessionDriver)
+		if caps := lease.DriverCapabilities(w); caps.Sessions && !isSD {
+			t.Errorf("%s states Sessions without the session methods (R24)", name)
+		}
+	}
+}

@@ -33,8 +33,9 @@ func openSQLiteStore(t *testing.T, clock func() time.Time, owner string) lease.S
 }
 
 // TestHeldModel runs leasetest's model of the Held layer (Hold, Release,
-// Confirm, ReleaseAll, Close, waiters, storage faults) over this driver;
-// `make model` runs it with 1000 checks.
+// Confirm, ReleaseAll, Close, waiters, storage faults) over this driver,
+// whose stores keep their Helds through sessions (R18–R23); `make model`
+// runs it with 1000 checks.
 func TestHeldModel(t *testing.T) {
 	leasetest.TestHeldModel(t, func(dir string) (lease.Driver, error) {
 		return Open(filepath.Join(dir, "leases.db"))

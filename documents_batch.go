@@ -215,19 +215,16 @@ func (s *DocumentStore) settleUnknown(ctx context.Context, gs []Grant) {
 // session, starting one first if it must (R18).
 func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantResult {
 	out := make([]grantResult, len(keys))
-	var ss *storeSession
-	if s.sessionsOn() && s.usable(ctx) == nil {
-		var err error
-		if ss, err = s.attach(ctx); err != nil {
+	br, canRead := s.d.(BatchReader)
+	if err := s.usable(ctx); err != nil || !canRead {
+		ss, err := s.attachIfSessions(ctx)
+		if err != nil {
 			for i := range out {
 				out[i].err = err
 			}
 			return out
 		}
 		defer ss.detach()
-	}
-	br, canRead := s.d.(BatchReader)
-	if err := s.usable(ctx); err != nil || !canRead {
 		for i, key := range keys {
 			out[i].g, out[i].sess, out[i].err = s.acquireIn(ctx, key, ss)
 			if out[i].err == nil {
@@ -251,8 +248,27 @@ func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantR
 		locks = append(locks, unlock)
 		ready, index = append(ready, key), append(index, i)
 	}
-	batch, again := s.decideMany(ctx, br, ready, index, out, ss)
+	batch, again := s.decideMany(ctx, br, ready, index, out)
 	single = append(single, again...)
+	// A session is started or joined only when a key is to be written:
+	// a store whose keys are all held by others only reads (R18).
+	var ss *storeSession
+	if len(batch) > 0 || len(single) > 0 {
+		var err error
+		if ss, err = s.attachIfSessions(ctx); err != nil {
+			for _, w := range batch {
+				out[w.idx].err = err
+			}
+			for _, i := range single {
+				out[i].err = err
+			}
+			batch, single = nil, nil
+		}
+		defer ss.detach()
+		for j := range batch {
+			batch[j].sess = ss
+		}
+	}
 	for j, err := range s.putBatch(ctx, "acquire", batch) {
 		i := batch[j].idx
 		switch {
@@ -293,10 +309,10 @@ func (s *DocumentStore) lockValid(key string) (func(), bool) {
 
 // decideMany reads keys in one round trip and decides each (R4), by its
 // session where its record names one (R20–R22): it answers out[index[j]]
-// for keys that need no write and returns the writes of the rest, which
-// attach their keys to ss, after ending each dead session they need
-// ended, once (R21); and the indices of keys to take one at a time.
-func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []string, index []int, out []grantResult, ss *storeSession) ([]batchWrite, []int) {
+// for keys that need no write and returns the writes of the rest, after
+// ending each dead session they need ended, once (R21); and the indices
+// of keys to take one at a time.
+func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []string, index []int, out []grantResult) ([]batchWrite, []int) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -337,7 +353,7 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 		default:
 			g := d.Next
 			g.Key = key
-			w := batchWrite{idx: i, grant: g, pre: Precondition{Absent: rec == nil, Version: version}, sess: ss}
+			w := batchWrite{idx: i, grant: g, pre: Precondition{Absent: rec == nil, Version: version}}
 			if view.verdict.Kill {
 				w.kill = view.sess
 			}

@@ -113,8 +113,11 @@ func (ss *storeSession) landed(rec SessionRecord, version uint64, sent time.Time
 	ss.expires.Store(rec.ExpiresAt.UnixNano())
 }
 
-// detach ends one acquire's attach.
+// detach ends one acquire's attach. A nil ss does nothing.
 func (ss *storeSession) detach() {
+	if ss == nil {
+		return
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.attaching--; ss.attaching == 0 && ss.idle != nil {
@@ -161,6 +164,15 @@ func (s *DocumentStore) attach(ctx context.Context) (*storeSession, error) {
 	ss.attaching++
 	s.sess = ss
 	return ss, nil
+}
+
+// attachIfSessions is attach for a store that keeps sessions; nil for
+// one that keeps every key per key. detach of nil does nothing.
+func (s *DocumentStore) attachIfSessions(ctx context.Context) (*storeSession, error) {
+	if !s.sessionsOn() || s.usable(ctx) != nil {
+		return nil, nil
+	}
+	return s.attach(ctx)
 }
 
 // attachable reports whether keys may be attached to ss now: it is live

@@ -192,9 +192,13 @@ func (m *model) acquire(t *rapid.T) {
 	m.acquired(t, s, key, got, err, nil)
 }
 
+// A sessionSource gives the session an acquire attaches a key to, when
+// it writes one (R18): nil for a per-key acquire.
+type sessionSource func() *modelSession
+
 // acquired checks s's acquire of key against the model (R2, R4, R5, R21)
 // and records what it took, attached to sess if not nil.
-func (m *model) acquired(t *rapid.T, s *modelSlot, key string, got lease.Grant, err error, sess *modelSession) {
+func (m *model) acquired(t *rapid.T, s *modelSlot, key string, got lease.Grant, err error, source sessionSource) {
 	r := m.records[key]
 	if holds(s, key, r) && m.live(r) { // R4c
 		want := s.grants[key]
@@ -213,7 +217,9 @@ func (m *model) acquired(t *rapid.T, s *modelSlot, key string, got lease.Grant, 
 		return
 	}
 	want := lease.Grant{Key: key, Owner: s.owner, Epoch: 1, ExpiresAt: m.newExpiry()}
-	if sess != nil {
+	var sess *modelSession
+	if source != nil {
+		sess = source() // started or joined only now that a key is written
 		want.ExpiresAt = sess.expires
 	}
 	if r != nil { // R4b, R4d, R4f; R21: a session ended clean frees its keys clean
@@ -299,16 +305,16 @@ func (m *model) pickBatcher(t *rapid.T) (*modelSlot, batcher) {
 func (m *model) acquireBatch(t *rapid.T) {
 	s, b := m.pickBatcher(t)
 	keys := rapid.SliceOfNDistinct(rapid.SampledFrom(m.keys), 1, len(m.keys), rapid.ID).Draw(t, "keys")
-	var sess *modelSession
+	var source sessionSource
 	if b.KeepsSessions() {
-		sess = m.sessionFor(s)
+		source = func() *modelSession { return m.sessionFor(s) }
 	}
 	got, errs := b.AcquireBatch(ctxBG, keys)
 	if len(got) != len(keys) || len(errs) != len(keys) {
 		t.Fatalf("AcquireBatch(%v) answered %d grants and %d errors", keys, len(got), len(errs))
 	}
 	for i, key := range keys {
-		m.acquired(t, s, key, got[i], errs[i], sess)
+		m.acquired(t, s, key, got[i], errs[i], source)
 	}
 }
 

@@ -277,7 +277,10 @@ func steal(t *testing.T, path, key string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec.Owner, rec.Epoch, rec.ExpiresAt = "thief", rec.Epoch+1, time.Now().Add(time.Hour)
+		if rec.Session != "" {
+			endSession(t, d, rec.Session) // as a taker does first (R21): the holder's renewal then fails
+		}
+		rec.Owner, rec.Epoch, rec.ExpiresAt, rec.Session = "thief", rec.Epoch+1, time.Now().Add(time.Hour), ""
 		_, err = d.Put(t.Context(), rec, lease.Precondition{Version: version})
 		if err == nil {
 			return
@@ -479,4 +482,25 @@ func roleGone() int {
 	}
 	fmt.Println("gone unclean=" + os.Getenv("LEASE_PREVIOUS_UNCLEAN"))
 	return 0
+}
+
+// endSession ends session id unclean, as a taker does before it takes a
+// key of it (R21), whatever its expiry.
+func endSession(t *testing.T, d lease.Driver, id string) {
+	t.Helper()
+	sd := d.(lease.SessionDriver)
+	for try := 0; ; try++ {
+		sess, version, err := sd.GetSession(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sess.State = lease.SessionEndedUnclean
+		_, err = sd.PutSession(t.Context(), sess, lease.Precondition{Version: version})
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, lease.ErrConflict) || try == 100 {
+			t.Fatal(err)
+		}
+	}
 }

@@ -87,9 +87,9 @@ func newKeeper(s Store) *keeper {
 		sessions: make(map[*storeSession]*sessionRound),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
-	k.dues = schedule.New(func(r *round) time.Time { return r.due }, func(r *round) *uint64 { return &r.dueMark })
-	k.deadlines = schedule.New(func(r *round) time.Time { return r.deadline }, func(r *round) *uint64 { return &r.expiryMark })
-	k.looks = schedule.New(func(w *waiter) time.Time { return w.due }, func(w *waiter) *uint64 { return &w.lookMark })
+	k.dues = schedule.New(func(r *round) time.Time { return r.due }, func(r *round) *int { return &r.dueAt })
+	k.deadlines = schedule.New(func(r *round) time.Time { return r.deadline }, func(r *round) *int { return &r.deadlineAt })
+	k.looks = schedule.New(func(w *waiter) time.Time { return w.due }, func(w *waiter) *int { return &w.lookAt })
 	return k
 }
 
@@ -557,7 +557,7 @@ type round struct {
 	unsorted bool          // members are not in key order
 	lastKey  string        // the key of the member that joined last
 
-	dueMark, expiryMark uint64 // marks of k.dues and k.deadlines (schedule)
+	dueAt, deadlineAt int // its places in k.dues and k.deadlines (schedule)
 }
 
 // joinLocked moves h to the round of due and deadline: the round the

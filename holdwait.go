@@ -35,7 +35,7 @@ type waiter struct {
 	started   time.Time     // when it began waiting
 	notBefore time.Time     // its next look comes no earlier: a grant it got went back unused
 
-	lookMark uint64 // k.looks' mark (schedule)
+	lookAt int // its place in k.looks (schedule)
 }
 
 // gatherWindow is how long a Hold's first look waits for other Holds to

@@ -11,13 +11,13 @@ import (
 // TestScheduleOrder: whatever items are set, moved and removed, the
 // schedule pops them earliest first (of equal times, the one set first),
 // never an item that is not scheduled,
-// knows which items are scheduled, first agrees with pop, and stale
-// entries never outnumber three per item plus the slack.
+// knows which items are scheduled (each item's index names its own
+// entry), and first agrees with pop.
 func TestScheduleOrder(t *testing.T) {
 	type item struct {
-		at   time.Time
-		mark uint64
-		set  int // when it was last set
+		at    time.Time
+		index int
+		set   int // when it was last set
 	}
 	rapid.Check(t, func(t *rapid.T) {
 		base := time.Unix(1000, 0)
@@ -25,8 +25,7 @@ func TestScheduleOrder(t *testing.T) {
 		for i := range items {
 			items[i] = &item{}
 		}
-		s := New(func(x *item) time.Time { return x.at }, func(x *item) *uint64 { return &x.mark })
-		s.slack = rapid.IntRange(0, 8).Draw(t, "slack") // small, so that compactions happen
+		s := New(func(x *item) time.Time { return x.at }, func(x *item) *int { return &x.index })
 		in := map[*item]bool{}
 		sets := 0
 		for range rapid.IntRange(0, 200).Draw(t, "steps") {
@@ -65,24 +64,16 @@ func TestScheduleOrder(t *testing.T) {
 			if s.Len() != len(in) {
 				t.Fatalf("len %d, want %d", s.Len(), len(in))
 			}
-			current := 0
-			for i, e := range s.items {
-				if i > 0 && e.at.Before(s.items[(i-1)/scheduleArity].at) {
+			for i, e := range s.h.items {
+				if i > 0 && s.h.Less(i, (i-1)/2) {
 					t.Fatalf("entry %d before its parent", i)
 				}
-				if e.mark != e.x.mark {
-					continue // stale
+				if e.x.index != i+1 {
+					t.Fatalf("entry %d: its item's index is %d", i, e.x.index)
 				}
-				current++
 				if !in[e.x] || !e.at.Equal(e.x.at) {
-					t.Fatalf("entry %d: current for an item scheduled %v, at %v (item's %v)", i, in[e.x], e.at, e.x.at)
+					t.Fatalf("entry %d: for an item scheduled %v, at %v (item's %v)", i, in[e.x], e.at, e.x.at)
 				}
-			}
-			if stale := len(s.items) - current; stale > 3*current+s.slack {
-				t.Fatalf("%d stale entries beside %d current ones (slack %d)", stale, current, s.slack)
-			}
-			if current != len(in) {
-				t.Fatalf("%d current entries, want %d", current, len(in))
 			}
 			for _, y := range items {
 				if s.Scheduled(y) != in[y] {
@@ -99,9 +90,9 @@ func TestScheduleOrder(t *testing.T) {
 // between pops keeps it so.
 func TestScheduleLargeOrder(t *testing.T) {
 	type item struct {
-		at   time.Time
-		mark uint64
-		set  int
+		at    time.Time
+		index int
+		set   int
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	base := time.Unix(1000, 0)
@@ -113,7 +104,7 @@ func TestScheduleLargeOrder(t *testing.T) {
 		{2605, 1e6, false}, {10000, 1e6, true},
 	} {
 		n := c.n
-		s := New(func(x *item) time.Time { return x.at }, func(x *item) *uint64 { return &x.mark })
+		s := New(func(x *item) time.Time { return x.at }, func(x *item) *int { return &x.index })
 		items := make([]*item, n)
 		for i := range items {
 			items[i] = &item{}
@@ -130,7 +121,7 @@ func TestScheduleLargeOrder(t *testing.T) {
 		}
 		if c.moves {
 			for _, x := range items[:n/10] {
-				set(x) // moved: its old entry goes stale
+				set(x) // moved
 			}
 			for _, x := range items[n/10 : n/5] {
 				s.Remove(x)

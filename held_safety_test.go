@@ -346,12 +346,17 @@ func TestHoldEachBatchesFirstLooks(t *testing.T) {
 	})
 }
 
-// TestRenewalsInKeyOrder: however the keys were held (one HoldEach given
-// them in any order, or a Hold each from goroutines at once), each
-// renewal call of a period writes a range of keys, in key order, that no
-// other call of that period overlaps, so that a call writes keys that lie
-// close together in the store (on SQLite, a few pages of the table rather
-// than most of them; profile IDs are random).
+// TestRenewalsInKeyOrder: R12 batches renewals: however the keys were
+// held (one HoldEach given them in any order, or a Hold each from
+// goroutines at once), one period renews each key once, in as few calls
+// as maxBatch allows. The keys of a HoldEach are renewed in calls that
+// each write a range of keys, in key order, that no other call of the
+// period overlaps: HoldEach takes its keys in key order, and a round
+// keeps the order of the call that made it, so a call writes keys that
+// lie close together in the store. The keeper does not sort its waves,
+// so keys held by Holds from goroutines are renewed in no particular
+// order (BenchmarkPerKeyRenewal: sorting earned nothing on a driver
+// without Sessions; a driver that states them renews no key per key).
 func TestRenewalsInKeyOrder(t *testing.T) {
 	for _, way := range []string{"HoldEach", "Hold"} {
 		t.Run(way, func(t *testing.T) {
@@ -378,27 +383,48 @@ func TestRenewalsInKeyOrder(t *testing.T) {
 				}
 				d.record()
 				time.Sleep(holdTTL/3 + holdTTL/6) // one renewal period: every key renewed once
-				wantKeyRanges(t, d.recorded(), len(keys))
+				calls := d.recorded()
+				wantBatched(t, calls, len(keys))
+				if way == "HoldEach" {
+					wantKeyRanges(t, calls)
+				}
 			})
 		})
 	}
 }
 
-// wantKeyRanges checks that calls, the keys of one period's renewal
-// calls, renew n keys, each call's in key order, and that no two calls'
-// ranges of keys overlap.
-func wantKeyRanges(t *testing.T, calls [][]string, n int) {
+// wantBatched checks that calls, the keys of one period's renewal calls,
+// renew each of n keys once, in as few calls as maxBatch allows.
+func wantBatched(t *testing.T, calls [][]string, n int) {
 	t.Helper()
-	renewed := 0
+	seen := make(map[string]bool, n)
+	for _, c := range calls {
+		for _, key := range c {
+			if seen[key] {
+				t.Fatalf("%q renewed twice in one period", key)
+			}
+			seen[key] = true
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d keys renewed in one period; want each of the %d once", len(seen), n)
+	}
+	if want := (n + maxBatch - 1) / maxBatch; len(calls) != want {
+		t.Errorf("%d keys renewed in %d calls; want %d", n, len(calls), want)
+	}
+}
+
+// wantKeyRanges checks that calls, the keys of one period's renewal
+// calls, are each in key order, and that no two calls' ranges of keys
+// overlap.
+func wantKeyRanges(t *testing.T, calls [][]string) {
+	t.Helper()
 	for _, c := range calls {
 		if !slices.IsSorted(c) {
 			t.Errorf("a renewal call of %d keys is not in key order", len(c))
 		}
-		renewed += len(c)
 	}
-	if renewed != n {
-		t.Fatalf("%d keys renewed in one period; want each of the %d once", renewed, n)
-	}
+	calls = slices.Clone(calls)
 	slices.SortFunc(calls, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
 	for i := 1; i < len(calls); i++ {
 		if prev := calls[i-1]; prev[len(prev)-1] >= calls[i][0] {

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,9 +43,6 @@ type keeper struct {
 	deadlines  *schedule.Schedule[*round]      // rounds by deadline
 	lastRound  *round                          // the round made last, which Helds scheduled alike join
 	roundSize  int                             // how many Helds the caller of joinLocked may schedule alike
-	wave       []*Held                         // startRenewalsLocked's Helds to renew, kept for its next turn
-	ordered    []*Held                         // the same in key order, when inKeyOrder copies them
-	runs       []keyRun                        // the rounds the Helds of wave came from
 	scratch    []*renewScratch                 // kept for the next renewal calls
 	looks      *schedule.Schedule[*waiter]     // the first waiter of each free key, by next look
 	renewing   int                             // renewal calls in flight
@@ -400,34 +396,26 @@ func renewAll(ctx context.Context, s Store, sc *renewScratch) []grantResult {
 // startRenewalsLocked starts a renewal of every Held that is due, or will
 // be within half its interval (early, so that the Helds of a store fall
 // into step and share their batches; never late), in batches of at most
-// maxBatch, with at most maxRenewCalls in flight. What it takes at once it
-// renews in key order, each call a range of keys: keys close in the
-// store's order lie together in its storage (on SQLite, a few pages of the
-// table), whichever calls acquired them.
+// maxBatch, with at most maxRenewCalls in flight.
 func (k *keeper) startRenewalsLocked(now time.Time) {
+	if r, ok := k.dues.First(); !ok || now.Before(r.due) {
+		return
+	}
 	for k.renewing < maxRenewCalls {
-		r, ok := k.dues.First()
-		if !ok || now.Before(r.due) {
-			return
-		}
-		limit := (maxRenewCalls - k.renewing) * maxBatch
-		wave, runs := k.wave[:0], k.runs[:0]
-		for len(wave) < limit {
+		sc := k.scratchLocked()
+		batch := sc.helds[:0]
+		for len(batch) < maxBatch {
 			r, ok := k.dues.First()
 			if !ok || r.due.Sub(now) > r.renew/2 {
 				break
 			}
-			start := len(wave)
-			if wave = k.takeLocked(r, wave, limit); len(wave) > start {
-				runs = append(runs, keyRun{start, len(wave), r.unsorted})
-			}
+			batch = k.takeLocked(r, batch, maxBatch)
 		}
-		wave = k.inKeyOrder(wave, runs)
-		for at := 0; at < len(wave); at += maxBatch {
-			k.startRenewOfLocked(wave[at:min(at+maxBatch, len(wave))])
+		if sc.helds = batch; len(batch) == 0 {
+			k.keepScratchLocked(sc)
+			return
 		}
-		clear(wave) // the keeper keeps the array, not the Helds
-		k.wave, k.runs = wave[:0], runs[:0]
+		k.startRenewLocked(sc)
 	}
 }
 
@@ -554,8 +542,6 @@ type round struct {
 	members  []*Held       // nil where a Held left
 	live     int           // members that are not nil
 	taken    int           // members[:taken] have been taken for renewal
-	unsorted bool          // members are not in key order
-	lastKey  string        // the key of the member that joined last
 
 	dueAt, deadlineAt int // its places in k.dues and k.deadlines (schedule)
 }
@@ -573,10 +559,6 @@ func (k *keeper) joinLocked(h *Held, due, deadline time.Time) {
 		k.dues.Set(r)
 		k.deadlines.Set(r)
 	}
-	if len(r.members) > 0 && h.key < r.lastKey {
-		r.unsorted = true
-	}
-	r.lastKey = h.key
 	h.round, h.slot = r, len(r.members)
 	r.members = append(r.members, h)
 	r.live++
@@ -630,50 +612,6 @@ func (h *Held) deadlineLocked() time.Time {
 		return time.Time{}
 	}
 	return h.round.deadline
-}
-
-// keyRun is the Helds of wave[start:end], taken from one round.
-type keyRun struct {
-	start, end int
-	unsorted   bool
-}
-
-// inKeyOrder returns wave in key order. Its runs, taken each from one
-// round, are mostly in key order already and cover ranges of keys that do
-// not overlap (rounds made by calls that were in key order): ordering the
-// runs by their first keys is then enough. Otherwise it sorts the wave.
-func (k *keeper) inKeyOrder(wave []*Held, runs []keyRun) []*Held {
-	if len(runs) <= 1 {
-		if len(runs) == 1 && runs[0].unsorted {
-			slices.SortFunc(wave, byKey)
-		}
-		return wave
-	}
-	sortable := true
-	for _, r := range runs {
-		sortable = sortable && !r.unsorted
-	}
-	if sortable {
-		for i := 1; i < len(runs); i++ { // by first key; a wave has a few runs
-			for j := i; j > 0 && wave[runs[j].start].key < wave[runs[j-1].start].key; j-- {
-				runs[j], runs[j-1] = runs[j-1], runs[j]
-			}
-		}
-		for i := 1; i < len(runs) && sortable; i++ {
-			sortable = wave[runs[i-1].end-1].key < wave[runs[i].start].key
-		}
-	}
-	if !sortable {
-		slices.SortFunc(wave, byKey)
-		return wave
-	}
-	ordered := k.ordered[:0]
-	for _, r := range runs {
-		ordered = append(ordered, wave[r.start:r.end]...)
-	}
-	clear(wave)
-	k.ordered = wave[:0] // the arrays swap: each turn fills the other
-	return ordered
 }
 
 // byKey orders Helds by key.

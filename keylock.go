@@ -94,19 +94,13 @@ func (k *keyLocks) takeFreeLocked(key string, hint *keyLock) *keyLock {
 // each key of keys whose ok is true, if it is free; it clears ok for the
 // keys it did not take. It notes the locks it took in taken (as long as
 // keys, and cleared), for unlockEach, and returns it. A batch of thousands
-// of keys thus costs one lock and no allocation per key. tickets, if not
-// nil, are the table entries the keys had, whose pinned locks spare the
-// lookups.
-func (k *keyLocks) tryLockEach(keys []string, ok []bool, taken []*keyLock, tickets []*heldGrant) []*keyLock {
+// of keys thus costs one lock and no allocation per key.
+func (k *keyLocks) tryLockEach(keys []string, ok []bool, taken []*keyLock) []*keyLock {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i, key := range keys {
 		if ok[i] {
-			var hint *keyLock
-			if tickets != nil && tickets[i] != nil {
-				hint = tickets[i].lock
-			}
-			taken[i] = k.takeFreeLocked(key, hint)
+			taken[i] = k.takeFreeLocked(key, nil)
 			ok[i] = taken[i] != nil
 		}
 	}

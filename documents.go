@@ -54,7 +54,6 @@ var _ Store = (*DocumentStore)(nil)
 type heldGrant struct {
 	grant   Grant
 	version uint64
-	lock    *keyLock      // the key's lock, pinned while the entry is in the table; set once
 	sess    *storeSession // the session the key is attached to (R20); nil: kept per key
 }
 
@@ -81,12 +80,7 @@ func (s *DocumentStore) entry(key string) (heldGrant, bool) {
 
 // forgetLocked drops key's entry from the table. s.mu must be held.
 func (s *DocumentStore) forgetLocked(key string) {
-	if h, ok := s.held[key]; ok {
-		delete(s.held, key)
-		if h.lock != nil {
-			s.locks.unpin(h.lock)
-		}
-	}
+	delete(s.held, key)
 }
 
 // pendingWrite is a write whose outcome neither Put nor a re-read settled.
@@ -581,7 +575,7 @@ func (s *DocumentStore) commitLocked(g Grant, released bool, version uint64, ss 
 		if h, ok := s.held[g.Key]; ok {
 			h.grant, h.version, h.sess = g, version, ss
 		} else {
-			s.held[g.Key] = &heldGrant{grant: g, version: version, lock: s.locks.pin(g.Key), sess: ss}
+			s.held[g.Key] = &heldGrant{grant: g, version: version, sess: ss}
 		}
 		return
 	}

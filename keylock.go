@@ -8,15 +8,10 @@ import (
 // keyLocks serialises calls on one key within one store instance, so that
 // its table and the storage it mirrors change together. Calls on different
 // keys do not wait for each other.
-//
-// A key's lock stays in m while the store's table holds the key (pinned),
-// and the table's entry keeps a pointer to it, so that renewing thousands
-// of held keys every period neither adds nor deletes map entries nor, with
-// the entry at hand, looks them up.
 type keyLocks struct {
-	mu   sync.Mutex          // guards m, free and every keyLock's refs, key and pinned
-	m    map[string]*keyLock // present while some call holds or waits for the key, or it is pinned
-	free []*keyLock          // unreferenced and unpinned, for reuse: an uncontended call allocates none
+	mu   sync.Mutex          // guards m, free and every keyLock's refs
+	m    map[string]*keyLock // present while some call holds or waits for the key
+	free []*keyLock          // unreferenced, for reuse: an uncontended call allocates none
 }
 
 // maxFreeKeyLocks bounds keyLocks.free: enough for the keys of a
@@ -25,10 +20,8 @@ type keyLocks struct {
 const maxFreeKeyLocks = maxBatch
 
 type keyLock struct {
-	sem    chan struct{} // holds one token while the key is locked
-	refs   int           // calls holding or waiting
-	key    string        // the key it is pinned for
-	pinned bool          // kept in m while the table holds key
+	sem  chan struct{} // holds one token while the key is locked
+	refs int           // calls holding or waiting
 }
 
 // begin starts a store call on key: it refuses an invalid key (R1), an
@@ -67,7 +60,7 @@ func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err err
 func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	l := k.takeFreeLocked(key, nil)
+	l := k.takeFreeLocked(key)
 	if l == nil {
 		return nil, false
 	}
@@ -75,13 +68,9 @@ func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
 }
 
 // takeFreeLocked locks key if no call holds or waits for it, and returns
-// its lock; nil if it is busy. hint, if not nil, may be key's pinned lock
-// (the table entry's), which spares the lookup. k.mu must be held.
-func (k *keyLocks) takeFreeLocked(key string, hint *keyLock) *keyLock {
-	l := hint
-	if l == nil || !l.pinned || l.key != key {
-		l = k.entryLocked(key)
-	}
+// its lock; nil if it is busy. k.mu must be held.
+func (k *keyLocks) takeFreeLocked(key string) *keyLock {
+	l := k.entryLocked(key)
 	if l.refs > 0 {
 		return nil
 	}
@@ -100,21 +89,11 @@ func (k *keyLocks) tryLockEach(keys []string, ok []bool, taken []*keyLock) []*ke
 	defer k.mu.Unlock()
 	for i, key := range keys {
 		if ok[i] {
-			taken[i] = k.takeFreeLocked(key, nil)
+			taken[i] = k.takeFreeLocked(key)
 			ok[i] = taken[i] != nil
 		}
 	}
 	return taken
-}
-
-// pin keeps key's lock in m while the store's table holds key, and returns
-// it for the table's entry.
-func (k *keyLocks) pin(key string) *keyLock {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	l := k.entryLocked(key)
-	l.key, l.pinned = key, true
-	return l
 }
 
 // entryLocked returns key's lock in m, adding an unused one if it has
@@ -129,14 +108,6 @@ func (k *keyLocks) entryLocked(key string) *keyLock {
 		k.m[key] = l
 	}
 	return l
-}
-
-// unpin undoes pin once the table no longer holds l's key.
-func (k *keyLocks) unpin(l *keyLock) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	l.pinned = false
-	k.dropIfUnusedLocked(l.key, l)
 }
 
 // unlockEach gives back the locks of keys[i] for each i of at, which
@@ -162,12 +133,12 @@ func (k *keyLocks) releaseLocked(key string, l *keyLock) {
 }
 
 // dropIfUnusedLocked takes key's lock l out of m once no call holds or
-// waits for it and it is not pinned.
+// waits for it.
 func (k *keyLocks) dropIfUnusedLocked(key string, l *keyLock) {
-	if l.refs == 0 && !l.pinned {
+	if l.refs == 0 {
 		delete(k.m, key)
 		if len(k.free) < maxFreeKeyLocks {
-			k.free = append(k.free, l) // unlocked, unreferenced, unpinned: safe to reuse
+			k.free = append(k.free, l) // unlocked and unreferenced: safe to reuse
 		}
 	}
 }

@@ -66,10 +66,9 @@ type observedStore interface {
 
 // batchStore is a store that renews and acquires many keys in few storage
 // round trips (R12). Each result answers the grant or key at the same
-// index. renewMany renews sc.grants and answers in sc.out; it touches
-// nothing else of sc, and works in memory of its own.
+// index.
 type batchStore interface {
-	renewMany(ctx context.Context, sc *renewScratch) []grantResult
+	renewMany(ctx context.Context, gs []Grant) []grantResult
 	acquireMany(ctx context.Context, keys []string) []grantResult
 }
 

@@ -35,6 +35,9 @@ type DocumentStore struct {
 	closing context.Context    // ends at Close: the sweeps' context
 	stopBG  context.CancelFunc // ends closing
 
+	scratchMu sync.Mutex
+	scratch   []*batchScratch // kept for the next batched renewals
+
 	mu      sync.Mutex                // guards the four fields below
 	held    map[string]*heldGrant     // grants this instance holds, by key; an entry changes in place under s.mu (and its key's lock, but at a session's end): copy it under s.mu (entry)
 	pending map[string][]pendingWrite // writes whose outcome is still unknown (R9), by key, oldest first

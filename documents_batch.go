@@ -41,13 +41,51 @@ func (l lockedKeys) unlock() {
 	}
 }
 
-// renewMany renews gs, each as Renew would (R6, R12). The keys it finds
-// in the table, unexpired and with no write of unknown outcome, are
-// locked, checked and written together; Renew takes the rest, one at a
-// time, and knows every case, and checks a key the table does not hold
-// (R1).
-func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult {
-	out := make([]grantResult, len(gs))
+// batchScratch is the memory a batched renewal works in, for up to
+// maxBatch keys: the keys, their locks, the writes and their answers. The
+// store keeps one per renewal call the keeper may have in flight, so that
+// renewing N keys every period does not allocate N-sized slices each time.
+type batchScratch struct {
+	keys  []string
+	ok    []bool
+	taken []*keyLock
+	idx   []int
+	batch []batchWrite
+	ws    []Write
+	errs  []error
+}
+
+// takeScratch returns a batchScratch: a kept one, or a new one.
+func (s *DocumentStore) takeScratch() *batchScratch {
+	s.scratchMu.Lock()
+	defer s.scratchMu.Unlock()
+	if n := len(s.scratch); n > 0 {
+		bs := s.scratch[n-1]
+		s.scratch = s.scratch[:n-1]
+		return bs
+	}
+	return &batchScratch{}
+}
+
+// keepScratch keeps bs for a later renewal, unless enough are kept.
+func (s *DocumentStore) keepScratch(bs *batchScratch) {
+	s.scratchMu.Lock()
+	defer s.scratchMu.Unlock()
+	if len(s.scratch) < maxRenewCalls {
+		s.scratch = append(s.scratch, bs)
+	}
+}
+
+// renewMany renews sc.grants, each as Renew would (R6, R12); the results
+// are in sc.out. The keys it finds in the table,
+// unexpired and with no write of unknown outcome, are locked, checked and
+// written together; Renew takes the rest, one at a time, and knows every
+// case.
+func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grantResult {
+	gs := sc.grants
+	n := len(gs)
+	out := sized(sc.out, n)
+	sc.out = out
 	if err := s.usable(ctx); err != nil {
 		for i := range out {
 			out[i].err = err
@@ -55,18 +93,26 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 		return out
 	}
 	s.settleUnknown(ctx, gs)
-	keys := make([]string, len(gs))
+	bs := s.takeScratch()
+	defer s.keepScratch(bs)
+	keys, ok := sized(bs.keys, n), sized(bs.ok, n)
+	bs.keys, bs.ok = keys, ok
 	for i, g := range gs {
-		keys[i] = g.Key
+		// A key the table holds was checked when it was acquired; Renew
+		// checks any other (R1).
+		keys[i], ok[i] = g.Key, true
 	}
-	taken := s.locks.tryLockEach(keys)
-	batch, single, drop := s.renewals(gs, taken)
+	taken := s.locks.tryLockEach(keys, ok, sized(bs.taken, n))
+	bs.taken = taken
+	batch, single, drop := s.renewals(gs, ok, bs.batch[:0])
+	bs.batch = batch
 	s.locks.unlockEach(keys, taken, drop)
-	locked := make([]int, len(batch)) // the indices of the batch's keys
+	locked := sized(bs.idx, len(batch)) // the indices of the batch's keys
+	bs.idx = locked
 	for j, w := range batch {
 		locked[j] = w.idx
 	}
-	for j, err := range s.putBatch(ctx, "renew", batch) {
+	for j, err := range s.putBatchIn(ctx, "renew", batch, bs) {
 		i := batch[j].idx
 		if err == nil || !(errors.Is(err, ErrConflict) || errors.Is(err, errSuperseded)) {
 			s.obs.renewed(gs[i], err, len(batch)) // the rest go to Renew, which reports them
@@ -88,17 +134,17 @@ func (s *DocumentStore) renewMany(ctx context.Context, gs []Grant) []grantResult
 }
 
 // renewals returns, under one lock of the table, the writes that renew
-// the grants of gs whose keys are locked (taken) and which the table holds
+// the grants of gs whose keys are locked (ok) and which the table holds
 // unexpired with no write of unknown outcome; the indices of the others,
 // for Renew; and the indices of the locked keys that are not in the batch,
 // to unlock.
-func (s *DocumentStore) renewals(gs []Grant, taken []*keyLock) (batch []batchWrite, single, drop []int) {
+func (s *DocumentStore) renewals(gs []Grant, ok []bool, batch []batchWrite) (_ []batchWrite, single, drop []int) {
 	now, expiry := s.renewNow(), s.expiry(s.now())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	unsettled := len(s.pending) > 0
 	for i, g := range gs {
-		if taken[i] == nil {
+		if !ok[i] {
 			single = append(single, i)
 			continue
 		}
@@ -350,7 +396,13 @@ func (s *DocumentStore) killFirst(ctx context.Context, batch []batchWrite, out [
 // when its outcome stays unknown (R9, settled per key by one batched
 // re-read). A driver that cannot batch gets one Put per write.
 func (s *DocumentStore) putBatch(ctx context.Context, op string, batch []batchWrite) []error {
-	errs := make([]error, len(batch))
+	return s.putBatchIn(ctx, op, batch, &batchScratch{})
+}
+
+// putBatchIn is putBatch working in bs's memory; the answers are in it.
+func (s *DocumentStore) putBatchIn(ctx context.Context, op string, batch []batchWrite, bs *batchScratch) []error {
+	errs := sized(bs.errs, len(batch))
+	bs.errs = errs
 	bd, ok := s.d.(BatchDriver)
 	if !ok || len(batch) == 1 {
 		for j, w := range batch {
@@ -361,7 +413,8 @@ func (s *DocumentStore) putBatch(ctx context.Context, op string, batch []batchWr
 	if len(batch) == 0 {
 		return errs
 	}
-	ws := make([]Write, len(batch))
+	ws := sized(bs.ws, len(batch))
+	bs.ws = ws
 	for j, w := range batch {
 		ws[j] = Write{Rec: recordOf(w.grant, w.released, w.sess), Pre: w.pre}
 	}

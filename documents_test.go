@@ -222,6 +222,6 @@ func TestKeyLocksOnlyWhileUsed(t *testing.T) {
 		t.Fatalf("Renew of a key taken over = %v; want ErrLost", err)
 	}
 	wantNoLocks("a renewed, b released and c lost")
-	a.renewMany(t.Context(), []Grant{grants["a"], grants["c"]})
+	a.renewMany(t.Context(), &renewScratch{grants: []Grant{grants["a"], grants["c"]}})
 	wantNoLocks("a batched renewal of a held key and a lost one")
 }

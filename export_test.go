@@ -20,7 +20,7 @@ func (s *DocumentStore) KeepsSessions() bool { return s.sessionsOn() }
 
 // RenewBatch: see AcquireBatch.
 func (s *DocumentStore) RenewBatch(ctx context.Context, gs []Grant) ([]Grant, []error) {
-	return splitResults(s.renewMany(ctx, gs))
+	return splitResults(s.renewMany(ctx, &renewScratch{grants: gs}))
 }
 
 func splitResults(rs []grantResult) ([]Grant, []error) {

@@ -43,6 +43,7 @@ type keeper struct {
 	deadlines  *schedule.Schedule[*round]      // rounds by deadline
 	lastRound  *round                          // the round made last, which Helds scheduled alike join
 	roundSize  int                             // how many Helds the caller of joinLocked may schedule alike
+	scratch    []*renewScratch                 // kept for the next renewal calls
 	looks      *schedule.Schedule[*waiter]     // the first waiter of each free key, by next look
 	renewing   int                             // renewal calls in flight
 	lookPerKey time.Duration                   // time per key of recent looks (sizes the next)
@@ -334,13 +335,59 @@ func eachAtOnce(n int, call func(i int)) {
 	wg.Wait()
 }
 
-// renewAll renews gs through s: in batches when s can, else a few at
-// once.
-func renewAll(ctx context.Context, s Store, gs []Grant) []grantResult {
-	if b, ok := s.(batchStore); ok {
-		return b.renewMany(ctx, gs)
+// renewScratch is the keeper's memory of one renewal call, for up to
+// maxBatch keys: its Helds, and the request and answers it passes to the
+// store (the grants and the results). The keeper keeps one per
+// renewal call it may have in flight, for its next calls, so that renewing
+// N keys every period does not allocate N-sized slices each time (each a
+// fresh large allocation: pages to fault in and clear, then to give back).
+// A store works in memory of its own (the DocumentStore's batchScratch).
+type renewScratch struct {
+	helds  []*Held
+	grants []Grant // the request: the Helds' grants
+	out    []grantResult
+}
+
+// sized returns s cleared, with length n, reusing its array when it is
+// large enough.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
 	}
-	out := make([]grantResult, len(gs))
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// scratchLocked returns a renewal call's scratch: a kept one, or a new
+// one. k.mu must be held.
+func (k *keeper) scratchLocked() *renewScratch {
+	if n := len(k.scratch); n > 0 {
+		sc := k.scratch[n-1]
+		k.scratch = k.scratch[:n-1]
+		return sc
+	}
+	return &renewScratch{}
+}
+
+// keepScratchLocked keeps sc for a later renewal call, unless enough are
+// kept. k.mu must be held.
+func (k *keeper) keepScratchLocked(sc *renewScratch) {
+	if len(k.scratch) < maxRenewCalls {
+		k.scratch = append(k.scratch, sc)
+	}
+}
+
+// renewAll renews sc.grants through s: in batches when s can, else a few
+// at once. The results
+// are in sc.out.
+func renewAll(ctx context.Context, s Store, sc *renewScratch) []grantResult {
+	if b, ok := s.(batchStore); ok {
+		return b.renewMany(ctx, sc)
+	}
+	gs := sc.grants
+	out := sized(sc.out, len(gs))
+	sc.out = out
 	eachAtOnce(len(gs), func(i int) { out[i].g, out[i].err = s.Renew(ctx, gs[i]) })
 	return out
 }
@@ -354,7 +401,8 @@ func (k *keeper) startRenewalsLocked(now time.Time) {
 		return
 	}
 	for k.renewing < maxRenewCalls {
-		var batch []*Held
+		sc := k.scratchLocked()
+		batch := sc.helds[:0]
 		for len(batch) < maxBatch {
 			r, ok := k.dues.First()
 			if !ok || r.due.Sub(now) > r.renew/2 {
@@ -362,24 +410,34 @@ func (k *keeper) startRenewalsLocked(now time.Time) {
 			}
 			batch = k.takeLocked(r, batch, maxBatch)
 		}
-		if len(batch) == 0 {
+		if sc.helds = batch; len(batch) == 0 {
+			k.keepScratchLocked(sc)
 			return
 		}
-		k.startRenewLocked(batch)
+		k.startRenewLocked(sc)
 	}
 }
 
-// startRenewLocked starts one renewal call of batch.
-func (k *keeper) startRenewLocked(batch []*Held) {
-	grants := make([]Grant, len(batch))
-	deadline := batch[0].deadlineLocked()
-	for i, h := range batch {
-		grants[i] = h.Grant()
+// startRenewLocked starts one renewal call of sc.helds.
+func (k *keeper) startRenewLocked(sc *renewScratch) {
+	n := len(sc.helds)
+	sc.grants = sized(sc.grants, n)
+	deadline := sc.helds[0].deadlineLocked()
+	for i, h := range sc.helds {
+		sc.grants[i] = h.Grant()
 		deadline = earliest(deadline, h.deadlineLocked())
 	}
 	k.renewing++
 	k.calls.Add(1)
-	go k.renew(batch, grants, deadline)
+	go k.renew(sc, deadline)
+}
+
+// startRenewOfLocked starts one renewal call of batch, in a scratch of its
+// own.
+func (k *keeper) startRenewOfLocked(batch []*Held) {
+	sc := k.scratchLocked()
+	sc.helds = append(sc.helds[:0], batch...)
+	k.startRenewLocked(sc)
 }
 
 // renew renews batch in one call, bounded by half the time to the
@@ -388,9 +446,10 @@ func (k *keeper) startRenewLocked(batch []*Held) {
 // split in halves, each tried at once with its own bound: a key whose
 // writes hang costs the other keys of its batch one bounded wait, never
 // their leases (R12, R17).
-// grants are the batch's grants, and deadline is the earliest of their
-// deadlines, taken under k.mu when the call was started.
-func (k *keeper) renew(batch []*Held, grants []Grant, deadline time.Time) {
+// sc holds the batch's Helds and their grants, and deadline
+// is the earliest of their deadlines, taken under k.mu when the call was
+// started; sc is kept for a later call once the answers are in.
+func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
 	defer k.calls.Done()
 	start := readClocks()
 	bound := max(deadline.Sub(start.mono)/2, time.Millisecond)
@@ -398,23 +457,24 @@ func (k *keeper) renew(batch []*Held, grants []Grant, deadline time.Time) {
 		bound = max(deadline.Sub(start.mono), time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(k.ctx, bound)
-	results := renewAll(ctx, k.s, grants)
+	results := renewAll(ctx, k.s, sc)
 	timedOut := ctx.Err() != nil && k.ctx.Err() == nil
 	cancel()
 
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	defer k.keepScratchLocked(sc)
 	k.renewing--
 	k.poke()
-	again := k.answerRenewalsLocked(batch, results, start, timedOut)
+	again := k.answerRenewalsLocked(sc.helds, results, start, timedOut)
 	if len(again) > 0 {
 		half := len(again) / 2
 		if half == 0 {
 			half = 1
 		}
-		k.startRenewLocked(again[:half])
+		k.startRenewOfLocked(again[:half])
 		if half < len(again) {
-			k.startRenewLocked(again[half:])
+			k.startRenewOfLocked(again[half:])
 		}
 	}
 }

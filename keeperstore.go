@@ -66,9 +66,10 @@ type observedStore interface {
 
 // batchStore is a store that renews and acquires many keys in few storage
 // round trips (R12). Each result answers the grant or key at the same
-// index.
+// index. renewMany renews sc.grants and answers in sc.out; it touches
+// nothing else of sc, and works in memory of its own.
 type batchStore interface {
-	renewMany(ctx context.Context, gs []Grant) []grantResult
+	renewMany(ctx context.Context, sc *renewScratch) []grantResult
 	acquireMany(ctx context.Context, keys []string) []grantResult
 }
 

@@ -80,15 +80,18 @@ func (k *keyLocks) takeFreeLocked(key string) *keyLock {
 }
 
 // tryLockEach takes, without waiting and under one lock, the lock of
-// each key of keys that is free, and returns the locks it took, for
-// unlockEach: taken[i] is keys[i]'s, nil where the key was busy. A batch
-// of thousands of keys thus costs one lock.
-func (k *keyLocks) tryLockEach(keys []string) (taken []*keyLock) {
-	taken = make([]*keyLock, len(keys))
+// each key of keys whose ok is true, if it is free; it clears ok for the
+// keys it did not take. It notes the locks it took in taken (as long as
+// keys, and cleared), for unlockEach, and returns it. A batch of thousands
+// of keys thus costs one lock and no allocation per key.
+func (k *keyLocks) tryLockEach(keys []string, ok []bool, taken []*keyLock) []*keyLock {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i, key := range keys {
-		taken[i] = k.takeFreeLocked(key)
+		if ok[i] {
+			taken[i] = k.takeFreeLocked(key)
+			ok[i] = taken[i] != nil
+		}
 	}
 	return taken
 }

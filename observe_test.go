@@ -222,7 +222,7 @@ func TestObserverBatches(t *testing.T) {
 	for i, x := range res {
 		gs[i] = x.g
 	}
-	s.renewMany(ctx, gs)
+	s.renewMany(ctx, &renewScratch{grants: gs})
 	wantEvents(t, r, "renewed a 1 batch=3", "renewed b 1 batch=3", "renewed c 1 batch=3")
 }
 

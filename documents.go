@@ -51,9 +51,13 @@ type DocumentStore struct {
 var _ Store = (*DocumentStore)(nil)
 
 // heldGrant is a grant this instance holds and the record version it wrote.
+// Hold's keeper keeps a pointer to it for the next renewal (a ticket), so
+// that renewing N keys does not look each up: gone says the table has
+// dropped it.
 type heldGrant struct {
 	grant   Grant
 	version uint64
+	gone    bool
 	sess    *storeSession // the session the key is attached to (R20); nil: kept per key
 }
 
@@ -80,7 +84,10 @@ func (s *DocumentStore) entry(key string) (heldGrant, bool) {
 
 // forgetLocked drops key's entry from the table. s.mu must be held.
 func (s *DocumentStore) forgetLocked(key string) {
-	delete(s.held, key)
+	if h, ok := s.held[key]; ok {
+		h.gone = true
+		delete(s.held, key)
+	}
 }
 
 // pendingWrite is a write whose outcome neither Put nor a re-read settled.

@@ -23,6 +23,7 @@ type batchWrite struct {
 	pre      Precondition
 	released bool
 	idx      int           // the caller's index for this key
+	entry    *heldGrant    // a renewal's table entry, which it updates in place
 	sess     *storeSession // the session an acquire attaches the key to (R20); nil: none
 	kill     *seenSession  // the dead session an acquire ends before its write (R21)
 }
@@ -80,9 +81,11 @@ func (s *DocumentStore) keepScratch(bs *batchScratch) {
 // are in sc.out. The keys it finds in the table,
 // unexpired and with no write of unknown outcome, are locked, checked and
 // written together; Renew takes the rest, one at a time, and knows every
-// case.
+// case. sc.tickets, if not nil, holds the table entry an earlier renewMany
+// answered for each grant (nil where none), which saves looking the key
+// up; each result carries its next.
 func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grantResult {
-	gs := sc.grants
+	gs, tickets := sc.grants, sc.tickets
 	n := len(gs)
 	out := sized(sc.out, n)
 	sc.out = out
@@ -98,13 +101,13 @@ func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grant
 	keys, ok := sized(bs.keys, n), sized(bs.ok, n)
 	bs.keys, bs.ok = keys, ok
 	for i, g := range gs {
-		// A key the table holds was checked when it was acquired; Renew
-		// checks any other (R1).
-		keys[i], ok[i] = g.Key, true
+		// A ticket's key was checked when its grant was acquired; renewals
+		// sees that the ticket is the grant's.
+		keys[i], ok[i] = g.Key, tickets != nil && tickets[i] != nil || ValidateKey(g.Key) == nil
 	}
 	taken := s.locks.tryLockEach(keys, ok, sized(bs.taken, n))
 	bs.taken = taken
-	batch, single, drop := s.renewals(gs, ok, bs.batch[:0])
+	batch, single, drop := s.renewals(gs, tickets, ok, bs.batch[:0])
 	bs.batch = batch
 	s.locks.unlockEach(keys, taken, drop)
 	locked := sized(bs.idx, len(batch)) // the indices of the batch's keys
@@ -119,7 +122,7 @@ func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grant
 		}
 		switch {
 		case err == nil:
-			out[i].g = batch[j].grant
+			out[i].g, out[i].ticket = batch[j].grant, batch[j].entry
 		case errors.Is(err, ErrConflict), errors.Is(err, errSuperseded):
 			single = append(single, i) // the version moved: Renew re-reads (R6)
 		default:
@@ -138,7 +141,7 @@ func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grant
 // unexpired with no write of unknown outcome; the indices of the others,
 // for Renew; and the indices of the locked keys that are not in the batch,
 // to unlock.
-func (s *DocumentStore) renewals(gs []Grant, ok []bool, batch []batchWrite) (_ []batchWrite, single, drop []int) {
+func (s *DocumentStore) renewals(gs []Grant, tickets []*heldGrant, ok []bool, batch []batchWrite) (_ []batchWrite, single, drop []int) {
 	now, expiry := s.renewNow(), s.expiry(s.now())
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -148,7 +151,12 @@ func (s *DocumentStore) renewals(gs []Grant, ok []bool, batch []batchWrite) (_ [
 			single = append(single, i)
 			continue
 		}
-		h := s.held[g.Key]
+		var h *heldGrant
+		if tickets != nil && tickets[i] != nil && !tickets[i].gone {
+			h = tickets[i] // still the key's entry
+		} else {
+			h = s.held[g.Key]
+		}
 		if h == nil || h.sess != nil || (unsettled && len(s.pending[g.Key]) > 0) || h.grant.Key != g.Key || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch ||
 			(expired(h.grant.ExpiresAt, now) && mutant != mutantBatchRenewExpired) {
 			single, drop = append(single, i), append(drop, i) // Renew reads the record and decides
@@ -156,7 +164,7 @@ func (s *DocumentStore) renewals(gs []Grant, ok []bool, batch []batchWrite) (_ [
 		}
 		next := h.grant
 		next.ExpiresAt = expiry
-		batch = append(batch, batchWrite{idx: i, grant: next, pre: Precondition{Version: h.version}})
+		batch = append(batch, batchWrite{idx: i, grant: next, pre: Precondition{Version: h.version}, entry: h})
 	}
 	return batch, single, drop
 }
@@ -460,6 +468,10 @@ func (s *DocumentStore) commitLanded(batch []batchWrite, results []PutResult) {
 		if tidy {
 			delete(s.pending, w.grant.Key)
 			delete(s.unseen, w.grant.Key)
+		}
+		if w.entry != nil { // still the key's entry: the batch holds the key's lock
+			w.entry.grant, w.entry.version = w.grant, results[j].Version
+			continue
 		}
 		s.commitLocked(w.grant, w.released, results[j].Version, w.sess)
 	}

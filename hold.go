@@ -173,6 +173,7 @@ type Held struct {
 	retry    time.Duration // the wait before the next retry of a failed renewal
 	renewErr error         // the last failed renewal's error, nil after a success
 	renewing bool          // a renewal of it is in flight
+	ticket   *heldGrant    // its grant's entry in the store's table, from its last batched renewal
 	sr       *sessionRound // its session's round, while it is live and kept through a session (holdsession.go)
 
 	mu       sync.Mutex // guards the fields below; taken after k.mu, never before

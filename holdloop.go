@@ -337,15 +337,16 @@ func eachAtOnce(n int, call func(i int)) {
 
 // renewScratch is the keeper's memory of one renewal call, for up to
 // maxBatch keys: its Helds, and the request and answers it passes to the
-// store (the grants and the results). The keeper keeps one per
+// store (the grants, their tickets, the results). The keeper keeps one per
 // renewal call it may have in flight, for its next calls, so that renewing
 // N keys every period does not allocate N-sized slices each time (each a
 // fresh large allocation: pages to fault in and clear, then to give back).
 // A store works in memory of its own (the DocumentStore's batchScratch).
 type renewScratch struct {
-	helds  []*Held
-	grants []Grant // the request: the Helds' grants
-	out    []grantResult
+	helds   []*Held
+	grants  []Grant      // the request: the Helds' grants
+	tickets []*heldGrant // and the store's table entries their last renewals answered
+	out     []grantResult
 }
 
 // sized returns s cleared, with length n, reusing its array when it is
@@ -378,8 +379,8 @@ func (k *keeper) keepScratchLocked(sc *renewScratch) {
 	}
 }
 
-// renewAll renews sc.grants through s: in batches when s can, else a few
-// at once. The results
+// renewAll renews sc.grants through s: in batches when s can (with the
+// tickets its last renewals answered), else a few at once. The results
 // are in sc.out.
 func renewAll(ctx context.Context, s Store, sc *renewScratch) []grantResult {
 	if b, ok := s.(batchStore); ok {
@@ -421,10 +422,10 @@ func (k *keeper) startRenewalsLocked(now time.Time) {
 // startRenewLocked starts one renewal call of sc.helds.
 func (k *keeper) startRenewLocked(sc *renewScratch) {
 	n := len(sc.helds)
-	sc.grants = sized(sc.grants, n)
+	sc.grants, sc.tickets = sized(sc.grants, n), sized(sc.tickets, n)
 	deadline := sc.helds[0].deadlineLocked()
 	for i, h := range sc.helds {
-		sc.grants[i] = h.Grant()
+		sc.grants[i], sc.tickets[i] = h.Grant(), h.ticket
 		deadline = earliest(deadline, h.deadlineLocked())
 	}
 	k.renewing++
@@ -446,7 +447,7 @@ func (k *keeper) startRenewOfLocked(batch []*Held) {
 // split in halves, each tried at once with its own bound: a key whose
 // writes hang costs the other keys of its batch one bounded wait, never
 // their leases (R12, R17).
-// sc holds the batch's Helds and their grants, and deadline
+// sc holds the batch's Helds, their grants and their tickets, and deadline
 // is the earliest of their deadlines, taken under k.mu when the call was
 // started; sc is kept for a later call once the answers are in.
 func (k *keeper) renew(sc *renewScratch, deadline time.Time) {
@@ -497,6 +498,7 @@ func (k *keeper) answerRenewalsLocked(batch []*Held, results []grantResult, star
 		}
 		if r.err == nil {
 			if h.install(r.g) { // else it ended meanwhile
+				h.ticket = r.ticket
 				k.scheduleLocked(h, r.g, start, true)
 			}
 			continue

@@ -66,8 +66,8 @@ type observedStore interface {
 
 // batchStore is a store that renews and acquires many keys in few storage
 // round trips (R12). Each result answers the grant or key at the same
-// index. renewMany renews sc.grants and answers in sc.out; it touches
-// nothing else of sc, and works in memory of its own.
+// index. renewMany renews sc.grants, reads sc.tickets and answers in
+// sc.out; it touches nothing else of sc, and works in memory of its own.
 type batchStore interface {
 	renewMany(ctx context.Context, sc *renewScratch) []grantResult
 	acquireMany(ctx context.Context, keys []string) []grantResult
@@ -127,9 +127,10 @@ var (
 
 // grantResult answers one key of a batched renew or acquire.
 type grantResult struct {
-	g    Grant
-	err  error
-	sess *storeSession // the session an acquired grant is attached to (R20); nil: kept per key
+	g      Grant
+	err    error
+	ticket *heldGrant    // the store's table entry of a renewed grant, if it has one
+	sess   *storeSession // the session an acquired grant is attached to (R20); nil: kept per key
 }
 
 // storeTTL is the TTL of the grants s makes, when s states it; 0 otherwise.

@@ -58,6 +58,7 @@ type heldGrant struct {
 	grant   Grant
 	version uint64
 	gone    bool
+	lock    *keyLock      // the key's lock, pinned while the entry is in the table; set once
 	sess    *storeSession // the session the key is attached to (R20); nil: kept per key
 }
 
@@ -87,6 +88,9 @@ func (s *DocumentStore) forgetLocked(key string) {
 	if h, ok := s.held[key]; ok {
 		h.gone = true
 		delete(s.held, key)
+		if h.lock != nil {
+			s.locks.unpin(h.lock)
+		}
 	}
 }
 
@@ -582,7 +586,7 @@ func (s *DocumentStore) commitLocked(g Grant, released bool, version uint64, ss 
 		if h, ok := s.held[g.Key]; ok {
 			h.grant, h.version, h.sess = g, version, ss
 		} else {
-			s.held[g.Key] = &heldGrant{grant: g, version: version, sess: ss}
+			s.held[g.Key] = &heldGrant{grant: g, version: version, lock: s.locks.pin(g.Key), sess: ss}
 		}
 		return
 	}

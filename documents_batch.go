@@ -105,7 +105,7 @@ func (s *DocumentStore) renewMany(ctx context.Context, sc *renewScratch) []grant
 		// sees that the ticket is the grant's.
 		keys[i], ok[i] = g.Key, tickets != nil && tickets[i] != nil || ValidateKey(g.Key) == nil
 	}
-	taken := s.locks.tryLockEach(keys, ok, sized(bs.taken, n))
+	taken := s.locks.tryLockEach(keys, ok, sized(bs.taken, n), tickets)
 	bs.taken = taken
 	batch, single, drop := s.renewals(gs, tickets, ok, bs.batch[:0])
 	bs.batch = batch

@@ -8,10 +8,15 @@ import (
 // keyLocks serialises calls on one key within one store instance, so that
 // its table and the storage it mirrors change together. Calls on different
 // keys do not wait for each other.
+//
+// A key's lock stays in m while the store's table holds the key (pinned),
+// and the table's entry keeps a pointer to it, so that renewing thousands
+// of held keys every period neither adds nor deletes map entries nor, with
+// the entry at hand, looks them up.
 type keyLocks struct {
-	mu   sync.Mutex          // guards m, free and every keyLock's refs
-	m    map[string]*keyLock // present while some call holds or waits for the key
-	free []*keyLock          // unreferenced, for reuse: an uncontended call allocates none
+	mu   sync.Mutex          // guards m, free and every keyLock's refs, key and pinned
+	m    map[string]*keyLock // present while some call holds or waits for the key, or it is pinned
+	free []*keyLock          // unreferenced and unpinned, for reuse: an uncontended call allocates none
 }
 
 // maxFreeKeyLocks bounds keyLocks.free: enough for the keys of a
@@ -20,8 +25,10 @@ type keyLocks struct {
 const maxFreeKeyLocks = maxBatch
 
 type keyLock struct {
-	sem  chan struct{} // holds one token while the key is locked
-	refs int           // calls holding or waiting
+	sem    chan struct{} // holds one token while the key is locked
+	refs   int           // calls holding or waiting
+	key    string        // the key it is pinned for
+	pinned bool          // kept in m while the table holds key
 }
 
 // begin starts a store call on key: it refuses an invalid key (R1), an
@@ -60,7 +67,7 @@ func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err err
 func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	l := k.takeFreeLocked(key)
+	l := k.takeFreeLocked(key, nil)
 	if l == nil {
 		return nil, false
 	}
@@ -68,9 +75,13 @@ func (k *keyLocks) tryLock(key string) (unlock func(), ok bool) {
 }
 
 // takeFreeLocked locks key if no call holds or waits for it, and returns
-// its lock; nil if it is busy. k.mu must be held.
-func (k *keyLocks) takeFreeLocked(key string) *keyLock {
-	l := k.entryLocked(key)
+// its lock; nil if it is busy. hint, if not nil, may be key's pinned lock
+// (the table entry's), which spares the lookup. k.mu must be held.
+func (k *keyLocks) takeFreeLocked(key string, hint *keyLock) *keyLock {
+	l := hint
+	if l == nil || !l.pinned || l.key != key {
+		l = k.entryLocked(key)
+	}
 	if l.refs > 0 {
 		return nil
 	}
@@ -83,17 +94,33 @@ func (k *keyLocks) takeFreeLocked(key string) *keyLock {
 // each key of keys whose ok is true, if it is free; it clears ok for the
 // keys it did not take. It notes the locks it took in taken (as long as
 // keys, and cleared), for unlockEach, and returns it. A batch of thousands
-// of keys thus costs one lock and no allocation per key.
-func (k *keyLocks) tryLockEach(keys []string, ok []bool, taken []*keyLock) []*keyLock {
+// of keys thus costs one lock and no allocation per key. tickets, if not
+// nil, are the table entries the keys had, whose pinned locks spare the
+// lookups.
+func (k *keyLocks) tryLockEach(keys []string, ok []bool, taken []*keyLock, tickets []*heldGrant) []*keyLock {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i, key := range keys {
 		if ok[i] {
-			taken[i] = k.takeFreeLocked(key)
+			var hint *keyLock
+			if tickets != nil && tickets[i] != nil {
+				hint = tickets[i].lock
+			}
+			taken[i] = k.takeFreeLocked(key, hint)
 			ok[i] = taken[i] != nil
 		}
 	}
 	return taken
+}
+
+// pin keeps key's lock in m while the store's table holds key, and returns
+// it for the table's entry.
+func (k *keyLocks) pin(key string) *keyLock {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l := k.entryLocked(key)
+	l.key, l.pinned = key, true
+	return l
 }
 
 // entryLocked returns key's lock in m, adding an unused one if it has
@@ -108,6 +135,14 @@ func (k *keyLocks) entryLocked(key string) *keyLock {
 		k.m[key] = l
 	}
 	return l
+}
+
+// unpin undoes pin once the table no longer holds l's key.
+func (k *keyLocks) unpin(l *keyLock) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l.pinned = false
+	k.dropIfUnusedLocked(l.key, l)
 }
 
 // unlockEach gives back the locks of keys[i] for each i of at, which
@@ -133,12 +168,12 @@ func (k *keyLocks) releaseLocked(key string, l *keyLock) {
 }
 
 // dropIfUnusedLocked takes key's lock l out of m once no call holds or
-// waits for it.
+// waits for it and it is not pinned.
 func (k *keyLocks) dropIfUnusedLocked(key string, l *keyLock) {
-	if l.refs == 0 {
+	if l.refs == 0 && !l.pinned {
 		delete(k.m, key)
 		if len(k.free) < maxFreeKeyLocks {
-			k.free = append(k.free, l) // unlocked and unreferenced: safe to reuse
+			k.free = append(k.free, l) // unlocked, unreferenced, unpinned: safe to reuse
 		}
 	}
 }

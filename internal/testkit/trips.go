@@ -40,13 +40,15 @@ type Trips struct {
 	Reads   int           // GetMany calls
 	Writes  int           // records written, by Put, PutMany or PutSession
 	Session int           // of which session records, by PutSession
+	Kills   int           // of which a session ended unclean: a taker's kill (R21)
 	Chunked int           // round trips of a server taking Chunk keys a command (0 when Chunk is 0)
 	Span    time.Duration // from the start of the first call to the end of the last
 }
 
 // Plus adds u to t.
 func (t Trips) Plus(u Trips) Trips {
-	return Trips{t.Trips + u.Trips, t.Reads + u.Reads, t.Writes + u.Writes, t.Session + u.Session, t.Chunked + u.Chunked, t.Span + u.Span}
+	return Trips{t.Trips + u.Trips, t.Reads + u.Reads, t.Writes + u.Writes, t.Session + u.Session, t.Kills + u.Kills,
+		t.Chunked + u.Chunked, t.Span + u.Span}
 }
 
 // start counts one call of items keys or writes, trips round trips.
@@ -196,8 +198,8 @@ func (c *TripCounter) GetSession(ctx context.Context, id string) (lease.SessionR
 	return sd.GetSession(ctx, id)
 }
 
-// PutSession counts one round trip and one session record written, and
-// forwards.
+// PutSession counts one round trip and one session record written (a
+// kill when it ends the session unclean), and forwards.
 func (c *TripCounter) PutSession(ctx context.Context, rec lease.SessionRecord, pre lease.Precondition) (uint64, error) {
 	sd, ok := c.Driver.(lease.SessionDriver)
 	if !ok {
@@ -208,6 +210,9 @@ func (c *TripCounter) PutSession(ctx context.Context, rec lease.SessionRecord, p
 	c.mu.Lock()
 	c.counts.Writes++
 	c.counts.Session++
+	if rec.State == lease.SessionEndedUnclean {
+		c.counts.Kills++
+	}
 	c.mu.Unlock()
 	return sd.PutSession(ctx, rec, pre)
 }

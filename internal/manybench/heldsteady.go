@@ -99,11 +99,7 @@ func (m *steady) measure(b *testing.B, rig Rig, d lease.Driver, keys []string, n
 		idle(b, c)
 		c.Take()
 	})
-	if rig.Settle != nil {
-		if err := rig.Settle(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	settle(b, rig)
 	period := rig.TTL / 3
 	time.Sleep(period) // start-up's aftermath (the first renewals) is not steady state: real time is what is measured
 	// Collect start-up's garbage and give its memory back to the system

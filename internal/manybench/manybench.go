@@ -62,7 +62,7 @@ type Rig struct {
 	Server *Server
 	// Settle, when set, finishes the database's work left over from
 	// holding the keys (SQLite: the checkpoint of its write-ahead log;
-	// PostgreSQL: VACUUM and ANALYZE), so that a steady window measures
+	// PostgreSQL: VACUUM, ANALYZE and CHECKPOINT), so that a steady window measures
 	// the steady state, not the one-off work that start-up queued.
 	Settle func() error
 	// NoPerKey, when set, says why the per-key baseline does not run at
@@ -127,6 +127,15 @@ func ProfileKeys(prefix string, n int) []string {
 // released keys still name its session, which a store over PerKey cannot
 // read, so the baseline holds keys of its own, of the same shape.
 const perKeyPrefix = "perkey/"
+
+// settle runs rig's Settle, if it has one.
+func settle(b *testing.B, rig Rig) {
+	if rig.Settle != nil {
+		if err := rig.Settle(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
 
 // forSizes runs bench once per size of backend, on a rig opened for it.
 func forSizes(b *testing.B, backend Backend, sizes []int, bench func(b *testing.B, rig Rig, n int)) {

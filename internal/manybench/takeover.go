@@ -24,6 +24,7 @@ import (
 //
 //	ns/op, perkey-ns/op           from the holder's grant's expiry (per key: the last key's) to the
 //	                              last key taken
+//	first-ns/op                   from the session's expiry to the first key taken
 //	writes/op, perkey-writes/op   records the taker wrote until then
 //	session-writes/op             of which session records: its own session's start (and a
 //	                              renewal of it, if one came due), and the kill
@@ -48,6 +49,7 @@ func benchTakeover(b *testing.B, rig Rig, n int) {
 		}
 	}
 	metric(b, float64(sess.after.Nanoseconds()), "ns/op")
+	metric(b, float64(sess.first.Nanoseconds()), "first-ns/op")
 	metric(b, float64(sess.counts.Writes), "writes/op")
 	metric(b, float64(sess.counts.Session), "session-writes/op")
 	metric(b, float64(sess.counts.Kills), "kills/op")
@@ -65,6 +67,7 @@ func benchTakeover(b *testing.B, rig Rig, n int) {
 // takeovers sums the takeovers of one kind of store.
 type takeovers struct {
 	after  time.Duration // from the last expiry to the last key taken
+	first  time.Duration // from the last expiry to the first key taken
 	lead   time.Duration // from the taker's first look's end to the last expiry
 	counts testkit.Trips
 }
@@ -83,7 +86,7 @@ func (t *takeovers) measure(b *testing.B, raw, d lease.Driver, keys []string, tt
 	stop := make(chan struct{})
 	defer close(stop)
 	go watchLook(c, len(keys), looked, stop)
-	var lastTaken time.Time
+	var firstTaken, lastTaken time.Time
 	for r := range lease.HoldEach(testkit.Patient(b), taker, keys) {
 		now := time.Now()
 		if r.Err != nil {
@@ -96,9 +99,13 @@ func (t *takeovers) measure(b *testing.B, raw, d lease.Driver, keys []string, tt
 		if !g.PreviousUnclean {
 			b.Fatalf("the takeover of %s is not PreviousUnclean", g.Key)
 		}
+		if firstTaken.IsZero() {
+			firstTaken = now
+		}
 		lastTaken = now
 	}
 	t.after += lastTaken.Sub(last)
+	t.first += firstTaken.Sub(last)
 	t.counts = t.counts.Plus(c.Take())
 	select {
 	case at := <-looked:

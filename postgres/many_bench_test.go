@@ -16,8 +16,12 @@ import (
 )
 
 // The many-keys benchmarks (package manybench) on a fresh table of the
-// shared server, beside the floor: n guarded writes (postgresFloorUpdate)
-// on rows of their own, one UPDATE statement per postgresMaxBatch rows.
+// shared server, beside the floors, on rows of their own: n guarded writes
+// (postgresFloorUpdate), one UPDATE statement per postgresMaxBatch rows,
+// for keys kept per key; one guarded UPDATE of one session row
+// (postgresSessionFloorUpdate) for a session. They also report the
+// server's side: the WAL it writes and, when the tests started it, its
+// processes' CPU time.
 var manyPostgres = manybench.Backend{Name: "postgres", Sizes: manybench.Sizes, Open: openPostgresMany}
 
 // Each benchmark is package manybench's of the same name: see there for
@@ -25,6 +29,7 @@ var manyPostgres = manybench.Backend{Name: "postgres", Sizes: manybench.Sizes, O
 
 func BenchmarkManyRenewal(b *testing.B)    { manybench.Renewal(b, manyPostgres) }
 func BenchmarkManyReleaseAll(b *testing.B) { manybench.ReleaseAll(b, manyPostgres) }
+func BenchmarkManyTakeover(b *testing.B)   { manybench.Takeover(b, manyPostgres) }
 func BenchmarkManyWaiting(b *testing.B)    { manybench.Waiting(b, manyPostgres) }
 func BenchmarkStartup(b *testing.B)        { manybench.Startup(b, manyPostgres) }
 func BenchmarkHeldSteady(b *testing.B)     { manybench.HeldSteady(b, manyPostgres) }
@@ -41,6 +46,16 @@ func postgresFloorUpdate(table string) string {
 	AND l.epoch BETWEEN 1 AND 18446744073709551615 AND isfinite(l.expires) AND l.released IS NOT NULL THEN true ELSE false END`
 }
 
+// postgresSessionFloorUpdate is the least a renewal of a session costs:
+// one UPDATE of its row, guarded by its version and by the driver's parse
+// guard, a transaction of its own, nothing returned but the count.
+func postgresSessionFloorUpdate(table string) string {
+	return `UPDATE ` + pgx.Identifier{sessionsTable(table)}.Sanitize() + ` AS x SET owner = 'floor', expires = $3, state = 1,
+		version = $2 + 1
+	WHERE x.id = $1 AND x.version = $2 AND octet_length(x.owner) BETWEEN 1 AND 256 AND x.owner !~ '[^!-~]'
+	AND isfinite(x.expires) AND x.state BETWEEN 1 AND 3`
+}
+
 func openPostgresMany(b *testing.B, n int) manybench.Rig {
 	table := pgserver.FreshTable(b)
 	d := newDriverOn(b, pgserver.SharedDB(b), table)
@@ -54,6 +69,10 @@ func openPostgresMany(b *testing.B, n int) manybench.Rig {
 		` (key, owner, epoch, expires, released, version)
 		SELECT 'floor:' || lpad(i::text, 6, '0'), 'floor', 1, now() + interval '1 minute', false, 1
 		FROM generate_series(0, $1 - 1) AS i`, n)
+	if err == nil {
+		_, err = conn.ExecContext(ctx, `INSERT INTO `+pgx.Identifier{sessionsTable(table)}.Sanitize()+
+			` (id, owner, expires, state, version) VALUES ($1, 'floor', now() + interval '1 minute', 1, 1)`, manybench.FloorSession)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,7 +85,57 @@ func openPostgresMany(b *testing.B, n int) manybench.Rig {
 		version++
 		return time.Since(start)
 	}
-	return manybench.Rig{Driver: d, TTL: lease.DefaultTTL, Floor: floor}
+	return manybench.Rig{Driver: d, TTL: lease.DefaultTTL, Floor: floor,
+		SessionFloor: pgSessionFloor(conn, table), Server: pgServerSide(b, conn), Settle: func() error {
+			// The whole database, earlier benchmarks' dead rows too; then
+			// the checkpoint that writes out what start-up dirtied.
+			_, err := conn.ExecContext(ctx, `VACUUM (ANALYZE)`)
+			if err == nil {
+				_, err = conn.ExecContext(ctx, `CHECKPOINT`)
+			}
+			return err
+		}}
+}
+
+// pgSessionFloor renews the floor's session row, one statement a call.
+func pgSessionFloor(conn *sql.Conn, table string) func(*testing.B) time.Duration {
+	update := postgresSessionFloorUpdate(table)
+	version := int64(1)
+	return func(b *testing.B) time.Duration {
+		start := time.Now()
+		res, err := conn.ExecContext(context.Background(), update, manybench.FloorSession, version, time.Now().Add(lease.DefaultTTL))
+		var n int64
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		if err == nil && n != 1 {
+			err = fmt.Errorf("%d rows changed, want 1", n)
+		}
+		if err != nil {
+			b.Fatalf("the session floor's update at version %d: %v", version, err)
+		}
+		version++
+		return time.Since(start)
+	}
+}
+
+// pgServerSide reads, through conn, the server's WAL position, and its
+// processes' CPU time, when the tests started it (nil otherwise: a server
+// of yours may be serving others too).
+func pgServerSide(b *testing.B, conn *sql.Conn) *manybench.Server {
+	srv := pgserver.SharedServer(b)
+	if srv == nil {
+		return nil
+	}
+	ctx := context.Background()
+	return &manybench.Server{
+		CPU: srv.CPU,
+		WAL: func() (int64, error) {
+			var at int64
+			err := conn.QueryRowContext(ctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&at)
+			return at, err
+		},
+	}
 }
 
 // pgFloorBatch writes the floor's n rows at version with update,

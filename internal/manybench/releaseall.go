@@ -1,8 +1,6 @@
 package manybench
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -10,88 +8,74 @@ import (
 	"github.com/leasekit/lease/internal/testkit"
 )
 
-// ReleaseAll measures ReleaseAll of N keys held through HoldEach, and the
-// takeover, through one HoldEach, of N keys whose holder died (their
-// records expired, written beside the store): Hold's loop takes them with
-// batched reads and writes. It reports the time and round trips of each.
+// ReleaseAll measures ReleaseAll of N keys held through one HoldEach. Over
+// a driver that states Sessions it ends every Held (R17), then the
+// session, clean, in one write (R22): its floor is one raw guarded UPDATE
+// of one session row. Beside it, the per-key baseline: another N keys
+// held and released through a store over PerKey(driver), where ReleaseAll
+// writes every key (in batches). Each iteration releases both. It
+// reports:
+//
+//	ns/op, perkey-ns/op                      the ReleaseAll call
+//	writes/op, perkey-writes/op              records the store wrote while it ran (a renewal due
+//	                                         meanwhile counts too)
+//	session-writes/op                        of which session records
+//	roundtrips/op, perkey-roundtrips/op      the store's storage calls while it ran
+//	floor-ns/op, ratio                       the session floor, and ns/op over it
+//	perkey-ns/ns                             perkey-ns/op over ns/op
 func ReleaseAll(b *testing.B, backend Backend) {
-	forSizes(b, backend, backend.Sizes, func(b *testing.B, rig Rig, n int) {
-		ca := &testkit.TripCounter{Driver: rig.Driver}
-		cb := &testkit.TripCounter{Driver: rig.Driver}
-		a, other := store(b, ca, "alice", rig.TTL), store(b, cb, "bob", rig.TTL)
-		keys := Keys(n)
-		var release, takeover testkit.Trips
-		var releaseTime, takeoverTime time.Duration
-		for b.Loop() {
-			holdEach(b, a, keys)
-			idle(b, ca)
-			ca.Take()
-			start := time.Now()
-			if err := a.ReleaseAll(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			releaseTime += time.Since(start)
-			release = release.Plus(ca.Take())
-
-			diedHolding(b, rig.Driver, keys)
-			cb.Take()
-			start = time.Now()
-			for _, h := range holdEach(b, other, keys) {
-				if !h.Grant().PreviousUnclean {
-					b.Fatalf("takeover of %s not PreviousUnclean", h.Grant().Key)
-				}
-			}
-			takeoverTime += time.Since(start)
-			takeover = takeover.Plus(cb.Take())
-			if err := other.ReleaseAll(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-		}
-		metric(b, float64(releaseTime.Nanoseconds()), "releaseall-ns/op")
-		metric(b, float64(release.Trips), "releaseall-roundtrips/op")
-		metric(b, float64(takeoverTime.Nanoseconds()), "takeover-ns/op")
-		metric(b, float64(takeover.Trips), "takeover-roundtrips/op")
-	})
+	forSizes(b, backend, backend.Sizes, benchReleaseAll)
 }
 
-// diedHolding writes, through d, the records a holder that died holding
-// keys leaves: the next epoch of each, not released, already expired.
-func diedHolding(b *testing.B, d lease.Driver, keys []string) {
-	putAll(b, d, nextWrites(b, d, keys, "dead", time.Now().Add(-time.Second)))
+func benchReleaseAll(b *testing.B, rig Rig, n int) {
+	s, c := counted(b, rig.Driver, "alice", rig.TTL)
+	pk, pc := counted(b, PerKey(b, rig.Driver), "alice", rig.TTL)
+	keys, pkKeys := Keys("", n), Keys(perKeyPrefix, n)
+	var sess, per released
+	var floor time.Duration
+	baseline := perKey(b, rig)
+	for b.Loop() {
+		sess.measure(b, s, c, keys)
+		if baseline {
+			per.measure(b, pk, pc, pkKeys)
+		}
+		floor += rig.SessionFloor(b)
+	}
+	metric(b, float64(sess.took.Nanoseconds()), "ns/op")
+	metric(b, float64(sess.counts.Writes), "writes/op")
+	metric(b, float64(sess.counts.Session), "session-writes/op")
+	metric(b, float64(sess.counts.Trips), "roundtrips/op")
+	metric(b, float64(floor.Nanoseconds()), "floor-ns/op")
+	ratio(b, float64(sess.took), float64(floor), "ratio")
+	if !baseline {
+		return
+	}
+	metric(b, float64(per.took.Nanoseconds()), "perkey-ns/op")
+	metric(b, float64(per.counts.Writes), "perkey-writes/op")
+	metric(b, float64(per.counts.Trips), "perkey-roundtrips/op")
+	ratio(b, float64(per.took), float64(sess.took), "perkey-ns/ns")
 }
 
-// nextWrites reads keys through d's GetMany and returns the writes of
-// each key's next grant to owner until expires, each conditional on the
-// version read.
-func nextWrites(b *testing.B, d lease.Driver, keys []string, owner string, expires time.Time) []lease.Write {
-	got, err := d.(lease.BatchReader).GetMany(context.Background(), keys)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ws := make([]lease.Write, len(keys))
-	for i, r := range got {
-		ws[i] = lease.Write{Rec: lease.Record{Key: keys[i], Owner: owner, Epoch: r.Rec.Epoch + 1, ExpiresAt: expires}}
-		switch {
-		case errors.Is(r.Err, lease.ErrNotFound):
-			ws[i].Pre = lease.Precondition{Absent: true}
-		case r.Err != nil:
-			b.Fatalf("get %s: %v", keys[i], r.Err)
-		default:
-			ws[i].Pre = lease.Precondition{Version: r.Version}
-		}
-	}
-	return ws
+// released sums the ReleaseAll calls of one store.
+type released struct {
+	counts testkit.Trips
+	took   time.Duration
 }
 
-// putAll writes ws through d's PutMany, failing on any write's error.
-func putAll(b *testing.B, d lease.Driver, ws []lease.Write) {
-	res, err := d.(lease.BatchDriver).PutMany(context.Background(), ws)
-	if err != nil {
-		b.Fatal(err)
+// measure holds keys on s through one HoldEach and times the ReleaseAll
+// that follows, counting the writes made while it ran; every Held must
+// have ended by its return (R17).
+func (r *released) measure(b *testing.B, s *lease.DocumentStore, c *testkit.TripCounter, keys []string) {
+	hs := holdEach(b, s, keys)
+	idle(b, c)
+	c.Take()
+	start := time.Now()
+	releaseAll(b, s)
+	r.took += time.Since(start)
+	r.counts = r.counts.Plus(c.Take())
+	if live := len(hs) - lostHelds(hs); live > 0 {
+		b.Fatalf("%d of %d Helds still live after ReleaseAll", live, len(hs))
 	}
-	for i, r := range res {
-		if r.Err != nil {
-			b.Fatalf("put %s: %v", ws[i].Rec.Key, r.Err)
-		}
-	}
+	idle(b, c) // a renewal that was under way
+	c.Take()
 }

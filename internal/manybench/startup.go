@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -13,88 +14,97 @@ import (
 	"github.com/leasekit/lease/internal/testkit"
 )
 
-// StartupSizes are the Ns of Startup and HeldSteady; -short keeps to the
-// first.
-var StartupSizes = []int{10000, 100000}
-
 // startupLoad, when set, names the load the machine runs beside the
 // benchmark (e.g. "2hogs+fsync"); it only labels the figures.
-var startupLoad = flag.String("lease.load", "", "a label for the load beside BenchmarkStartup")
+var startupLoad = flag.String("lease.load", "", "a label for the load beside BenchmarkStartup and BenchmarkHeldSteady")
 
-// forEachHoldWay runs bench for each way of holding N keys, "holdeach"
-// (one HoldEach) and "hold" (N goroutines calling Hold at once), at each
-// of StartupSizes (the first only with -short).
-func forEachHoldWay(b *testing.B, backend Backend, bench func(b *testing.B, rig Rig, n int, concurrent bool)) {
-	sizes := StartupSizes
-	if testing.Short() {
-		sizes = sizes[:1]
-	}
-	for _, way := range []string{"holdeach", "hold"} {
-		b.Run(way, func(b *testing.B) {
-			forSizes(b, backend, sizes, func(b *testing.B, rig Rig, n int) {
-				bench(b, rig, n, way == "hold")
-			})
-		})
-	}
-}
-
-// Startup measures a node's start-up: N free (released, after the first
-// iteration: never written) keys held on one store, through one HoldEach
-// ("holdeach") or through N goroutines calling Hold at once ("hold"),
-// beside the floor of the same run: the driver's own GetMany and PutMany
-// of N keys of their own, one call each. It reports the time until every
-// key is held; the driver calls (GetMany, PutMany, or one-key Get and Put:
-// "calls/op") of the store and of the floor, where the keeper's looks are
+// Startup measures a node's start-up: N fresh keys (never written: each
+// iteration takes keys of its own) held on one store, through one
+// HoldEach ("holdeach") or through N goroutines calling Hold at once
+// ("hold"). Beside it, in each iteration, the per-key baseline (another N
+// fresh keys through a store over PerKey(driver), run first, so that the
+// store with sessions meets the larger table) and the floor: the driver's
+// own GetMany and PutMany of N keys of their own, one call each. It
+// reports the time until every key is held (ns/op, perkey-ns/op,
+// floor-ns/op; ratio is ns/op over the floor, perkey-ns/ns the baseline
+// over ns/op); the driver calls (GetMany, PutMany, session writes, or
+// one-key Get and Put: "calls/op") of each, where the keeper's looks are
 // split at its largest batch (5,000 keys), and each driver splits a call
 // into transactions (SQLite: 2,500 keys) or statements (PostgreSQL: 5,000
 // keys); the goroutines the store keeps once every key is held; the heap
-// bytes per held key; the Helds lost during start-up (a Held whose Context
-// ended before all were held), which must be 0; and the calls the store
-// still makes after the ReleaseAll that ends each iteration, until no call
-// is in flight (renewals that were under way), kept out of the floor's.
-func Startup(b *testing.B, backend Backend) { forEachHoldWay(b, backend, benchStartup) }
+// bytes per held key; and the Helds lost during start-up (a Held whose
+// Context ended before all were held), which must be 0.
+func Startup(b *testing.B, backend Backend) {
+	forSizes(b, backend, backend.Sizes, func(b *testing.B, rig Rig, n int) {
+		for _, way := range []string{"holdeach", "hold"} {
+			b.Run(way, func(b *testing.B) { benchStartup(b, rig, n, way == "hold") })
+		}
+	})
+}
+
+// started sums the start-ups of one store.
+type started struct {
+	took       time.Duration
+	calls      int
+	lost       int
+	bytes      int64
+	goroutines int
+}
+
+// measure holds the fresh keys prefix+ProfileKeys on s, then releases
+// them all.
+func (m *started) measure(b *testing.B, s *lease.DocumentStore, c *testkit.TripCounter, prefix string, n int, concurrent bool) {
+	keys := ProfileKeys(prefix, n)
+	var hs []*lease.Held
+	m.bytes, m.goroutines = heapAndGoroutines(func() {
+		c.Take()
+		start := time.Now()
+		hs = holdAllAtOnce(b, s, keys, concurrent)
+		m.took += time.Since(start)
+		m.calls += c.Take().Trips
+	})
+	m.lost += lostHelds(hs)
+	if err := s.ReleaseAll(context.Background()); err != nil && !errors.Is(err, lease.ErrLost) {
+		b.Fatal(err)
+	}
+	idle(b, c)
+	c.Take()
+}
 
 func benchStartup(b *testing.B, rig Rig, n int, concurrent bool) {
-	c := &testkit.TripCounter{Driver: rig.Driver}
-	s := store(b, c, "bench", rig.TTL)
-	keys := ProfileKeys(n)
-	floorKeys := make([]string, n)
-	for i := range floorKeys {
-		floorKeys[i] = "startfloor:" + keys[i]
-	}
+	s, c := counted(b, rig.Driver, "bench", rig.TTL)
+	pk, pc := counted(b, PerKey(b, rig.Driver), "bench", rig.TTL)
+	floorKeys := ProfileKeys("startfloor:", n)
 	slices.Sort(floorKeys) // in key order, as HoldEach takes its keys: the cheaper way to write them
-	var took, floorTime time.Duration
-	var trips, floorTrips, afterRelease, lost, goroutines int
-	var bytes int64
+	var sess, per started
+	var floorTime time.Duration
+	var floorCalls, iter int
+	baseline := perKey(b, rig)
 	for b.Loop() {
-		var hs []*lease.Held
-		bytes, goroutines = heapAndGoroutines(func() {
-			c.Take()
-			start := time.Now()
-			hs = holdAllAtOnce(b, s, keys, concurrent)
-			took += time.Since(start)
-			trips += c.Take().Trips
-		})
-		lost += lostHelds(hs)
-		if err := s.ReleaseAll(context.Background()); err != nil && !errors.Is(err, lease.ErrLost) {
-			b.Fatal(err)
+		iter++
+		if baseline {
+			per.measure(b, pk, pc, fmt.Sprintf("k%d/", iter), n, concurrent)
 		}
-		idle(b, c)
-		afterRelease += c.Take().Trips
+		sess.measure(b, s, c, fmt.Sprintf("s%d/", iter), n, concurrent)
 		start := time.Now()
 		putAll(b, c, nextWrites(b, c, floorKeys, "floor", time.Now().Add(rig.TTL)))
 		floorTime += time.Since(start)
-		floorTrips += c.Take().Trips
+		floorCalls += c.Take().Trips
 	}
-	metric(b, float64(took.Nanoseconds()), "ns/op")
-	metric(b, float64(trips), "calls/op")
+	metric(b, float64(sess.took.Nanoseconds()), "ns/op")
+	metric(b, float64(sess.calls), "calls/op")
 	metric(b, float64(floorTime.Nanoseconds()), "floor-ns/op")
-	metric(b, float64(floorTrips), "floor-calls/op")
-	metric(b, float64(afterRelease), "calls-after-releaseall/op")
-	b.ReportMetric(float64(took)/float64(floorTime), "ratio")
-	b.ReportMetric(float64(goroutines), "goroutines")
-	b.ReportMetric(float64(bytes)/float64(n), "B/key")
-	metric(b, float64(lost), "lost/op")
+	metric(b, float64(floorCalls), "floor-calls/op")
+	ratio(b, float64(sess.took), float64(floorTime), "ratio")
+	b.ReportMetric(float64(sess.goroutines), "goroutines")
+	b.ReportMetric(float64(sess.bytes)/float64(n), "B/key")
+	metric(b, float64(sess.lost+per.lost), "lost/op")
+	if baseline {
+		metric(b, float64(per.took.Nanoseconds()), "perkey-ns/op")
+		metric(b, float64(per.calls), "perkey-calls/op")
+		ratio(b, float64(per.took), float64(sess.took), "perkey-ns/ns")
+		b.ReportMetric(float64(per.bytes)/float64(n), "perkey-B/key")
+	}
 	if *startupLoad != "" {
 		b.Logf("load: %s", *startupLoad)
 	}
@@ -119,49 +129,38 @@ func holdAllAtOnce(b *testing.B, s lease.Store, keys []string, concurrent bool) 
 	return hs
 }
 
-// steadyPeriods is how many renewal periods HeldSteady watches.
-const steadyPeriods = 6
-
-// HeldSteady measures the CPU this process spends keeping N keys held by
-// one HoldEach ("holdeach") or by N goroutines calling Hold at once
-// ("hold") (the rig's TTL, renewed every third of it) over steadyPeriods
-// renewal periods, from one period after start-up: getrusage user plus
-// system time over wall time, as a percentage of one core ("cpu-%").
-// Beside it, the floor: the rig's raw renewal writes of N keys
-// steadyPeriods times, as CPU of this process over the same wall time
-// ("floor-cpu-%"; a server's CPU is in neither). It also reports the
-// store's driver calls per period and the Helds lost (0 expected).
-func HeldSteady(b *testing.B, backend Backend) {
-	if processCPU() == 0 {
-		b.Skip("this system gives no process CPU time (getrusage)")
+// nextWrites reads keys through d's GetMany and returns the writes of
+// each key's next grant to owner until expires, each conditional on the
+// version read.
+func nextWrites(b *testing.B, d lease.Driver, keys []string, owner string, expires time.Time) []lease.Write {
+	got, err := d.(lease.BatchReader).GetMany(context.Background(), keys)
+	if err != nil {
+		b.Fatal(err)
 	}
-	forEachHoldWay(b, backend, benchHeldSteady)
+	ws := make([]lease.Write, len(keys))
+	for i, r := range got {
+		ws[i] = lease.Write{Rec: lease.Record{Key: keys[i], Owner: owner, Epoch: r.Rec.Epoch + 1, ExpiresAt: expires}}
+		switch {
+		case errors.Is(r.Err, lease.ErrNotFound):
+			ws[i].Pre = lease.Precondition{Absent: true}
+		case r.Err != nil:
+			b.Fatalf("get %s: %v", keys[i], r.Err)
+		default:
+			ws[i].Pre = lease.Precondition{Version: r.Version}
+		}
+	}
+	return ws
 }
 
-func benchHeldSteady(b *testing.B, rig Rig, n int, concurrent bool) {
-	c := &testkit.TripCounter{Driver: rig.Driver}
-	s := store(b, c, "bench", rig.TTL)
-	hs := holdAllAtOnce(b, s, ProfileKeys(n), concurrent)
-	period := rig.TTL / 3
-	time.Sleep(period) // start-up's aftermath (its garbage, the first renewals) is not steady state
-	var wall, cpu, floorCPU time.Duration
-	var trips int
-	for b.Loop() {
-		c.Take()
-		start, cpu0 := time.Now(), processCPU()
-		time.Sleep(steadyPeriods * period) // the loop renews on its own meanwhile: real time is what is measured
-		wall += time.Since(start)
-		cpu += processCPU() - cpu0
-		trips += c.Take().Trips
-		cpu0 = processCPU()
-		for range steadyPeriods {
-			rig.Floor(b)
-		}
-		floorCPU += processCPU() - cpu0
+// putAll writes ws through d's PutMany, failing on any write's error.
+func putAll(b *testing.B, d lease.Driver, ws []lease.Write) {
+	res, err := d.(lease.BatchDriver).PutMany(context.Background(), ws)
+	if err != nil {
+		b.Fatal(err)
 	}
-	b.ReportMetric(100*float64(cpu)/float64(wall), "cpu-%")
-	b.ReportMetric(100*float64(floorCPU)/float64(wall), "floor-cpu-%")
-	b.ReportMetric(float64(trips)/float64(b.N)/steadyPeriods, "calls/period")
-	b.ReportMetric(float64(lostHelds(hs)), "lost")
-	metric(b, float64(wall.Nanoseconds()), "ns/op")
+	for i, r := range res {
+		if r.Err != nil {
+			b.Fatalf("put %s: %v", ws[i].Rec.Key, r.Err)
+		}
+	}
 }

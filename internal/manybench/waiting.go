@@ -3,6 +3,7 @@ package manybench
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ const (
 	waitRounds = 3
 	waitWarmup = 2 * time.Second
 	holderTTL  = 10 * time.Minute
+	maxWaiting = 10000
 )
 
 // Waiting measures N Holds waiting on one store for N keys that another
@@ -41,13 +43,19 @@ const (
 // With a Rig's Wire it also reports the wire commands of the waiting
 // rounds, and of the release and takeover together. The rounds run in real
 // time: the loop polls at its longest backoff, so an iteration takes
-// seconds, and ns/op is its wall time.
+// seconds, and ns/op is its wall time. It runs the backend's sizes up to
+// maxWaiting: N goroutines, each in its own Hold.
+//
+// The holder is a store over the rig's driver: over one that states
+// Sessions, its keys are attached to its session, and its ReleaseAll is
+// one write (R22).
 func Waiting(b *testing.B, backend Backend) {
-	forSizes(b, backend, backend.Sizes, func(b *testing.B, rig Rig, n int) {
+	sizes := slices.DeleteFunc(slices.Clone(backend.Sizes), func(n int) bool { return n > maxWaiting })
+	forSizes(b, backend, sizes, func(b *testing.B, rig Rig, n int) {
 		holder := store(b, rig.Driver, "alice", holderTTL)
 		c := &testkit.TripCounter{Driver: rig.Driver}
 		waiting := store(b, c, "bob", rig.TTL)
-		keys := Keys(n)
+		keys := Keys("", n)
 		var m waitMeasure
 		for b.Loop() {
 			m.iteration(b, rig, holder, waiting, c, keys)
@@ -169,4 +177,12 @@ func collectHolds(b *testing.B, results <-chan holdResult, n int) []holdResult {
 		got = append(got, r)
 	}
 	return got
+}
+
+// trips is wire() (0 without a proxy).
+func trips(wire func() int) int {
+	if wire == nil {
+		return 0
+	}
+	return wire()
 }

@@ -128,6 +128,15 @@ func SharedURL(t T) string {
 	return pgSharedURL
 }
 
+// SharedServer returns the shared server when the tests started it (the
+// benchmarks read its processes' CPU time); nil when LEASE_POSTGRES_URL
+// points them at a server of yours.
+func SharedServer(t T) *Server {
+	t.Helper()
+	SharedURL(t)
+	return pgShared
+}
+
 var (
 	pgPoolOnce sync.Once
 	pgPool     *sql.DB

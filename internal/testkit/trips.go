@@ -24,6 +24,7 @@ type TripCounter struct {
 	counts      Trips
 	read        map[string]struct{} // keys read since the last Take
 	inFlight    int
+	busySince   time.Time // when inFlight last went from 0 to 1
 	first, last time.Time // the start of the first call and the end of the last since the last Take
 }
 
@@ -40,13 +41,16 @@ type Trips struct {
 	Reads   int           // GetMany calls
 	Writes  int           // records written, by Put, PutMany or PutSession
 	Session int           // of which session records, by PutSession
+	Kills   int           // of which a session ended unclean: a taker's kill (R21)
 	Chunked int           // round trips of a server taking Chunk keys a command (0 when Chunk is 0)
 	Span    time.Duration // from the start of the first call to the end of the last
+	Busy    time.Duration // of which some call was in flight (Span less the gaps between calls)
 }
 
 // Plus adds u to t.
 func (t Trips) Plus(u Trips) Trips {
-	return Trips{t.Trips + u.Trips, t.Reads + u.Reads, t.Writes + u.Writes, t.Session + u.Session, t.Chunked + u.Chunked, t.Span + u.Span}
+	return Trips{t.Trips + u.Trips, t.Reads + u.Reads, t.Writes + u.Writes, t.Session + u.Session, t.Kills + u.Kills,
+		t.Chunked + u.Chunked, t.Span + u.Span, t.Busy + u.Busy}
 }
 
 // start counts one call of items keys or writes, trips round trips.
@@ -63,8 +67,12 @@ func (c *TripCounter) start(trips, items int, keys ...string) {
 	for _, k := range keys {
 		c.read[k] = struct{}{}
 	}
+	now := time.Now()
 	if c.first.IsZero() {
-		c.first = time.Now()
+		c.first = now
+	}
+	if c.inFlight == 0 {
+		c.busySince = now
 	}
 	c.inFlight++
 }
@@ -73,6 +81,9 @@ func (c *TripCounter) done() {
 	c.mu.Lock()
 	c.inFlight--
 	c.last = time.Now()
+	if c.inFlight == 0 {
+		c.counts.Busy += c.last.Sub(c.busySince)
+	}
 	c.mu.Unlock()
 }
 
@@ -84,12 +95,16 @@ func (c *TripCounter) wrote(n int) {
 }
 
 // Take returns the counts since the last Take, and starts them afresh
-// (the keys read too).
+// (the keys read too). A call in flight at a Take counts its busy time
+// after the Take.
 func (c *TripCounter) Take() Trips {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.peekLocked()
 	c.counts, c.read, c.first, c.last = Trips{}, nil, time.Time{}, time.Time{}
+	if c.inFlight > 0 {
+		c.busySince = time.Now()
+	}
 	return n
 }
 
@@ -196,8 +211,8 @@ func (c *TripCounter) GetSession(ctx context.Context, id string) (lease.SessionR
 	return sd.GetSession(ctx, id)
 }
 
-// PutSession counts one round trip and one session record written, and
-// forwards.
+// PutSession counts one round trip and one session record written (a
+// kill when it ends the session unclean), and forwards.
 func (c *TripCounter) PutSession(ctx context.Context, rec lease.SessionRecord, pre lease.Precondition) (uint64, error) {
 	sd, ok := c.Driver.(lease.SessionDriver)
 	if !ok {
@@ -208,6 +223,9 @@ func (c *TripCounter) PutSession(ctx context.Context, rec lease.SessionRecord, p
 	c.mu.Lock()
 	c.counts.Writes++
 	c.counts.Session++
+	if rec.State == lease.SessionEndedUnclean {
+		c.counts.Kills++
+	}
 	c.mu.Unlock()
 	return sd.PutSession(ctx, rec, pre)
 }

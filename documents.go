@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,14 +27,15 @@ type DocumentStore struct {
 	holds keeperSlot    // Hold's loop for this store
 	done  chan struct{} // closed by Close (R15)
 
-	sd      SessionDriver      // d, when it states Sessions; nil: every key is kept per key
-	sr      SessionDriver      // d, when it can read sessions at all (other stores' keys may name them)
-	sessMu  ctxMutex           // guards sess and lastID; serialises starting a session
-	sess    *storeSession      // the session new Helds' keys are attached to; nil or ended: none yet
-	lastID  string             // the id of the last session started
-	bg      sync.WaitGroup     // sweeps in flight (sweepSessions)
-	closing context.Context    // ends at Close: the sweeps' context
-	stopBG  context.CancelFunc // ends closing
+	sd      SessionDriver                // d, when it states Sessions; nil: every key is kept per key
+	sr      SessionDriver                // d, when it can read sessions at all (other stores' keys may name them)
+	sessMu  ctxMutex                     // guards sess and lastID; serialises starting a session
+	sess    *storeSession                // the session new Helds' keys are attached to; nil or ended: none yet
+	current atomic.Pointer[storeSession] // sess, for readers that do not take sessMu (places)
+	lastID  string                       // the id of the last session started
+	bg      sync.WaitGroup               // sweeps in flight (sweepSessions)
+	closing context.Context              // ends at Close: the sweeps' context
+	stopBG  context.CancelFunc           // ends closing
 
 	scratchMu sync.Mutex
 	scratch   []*batchScratch // kept for the next batched renewals
@@ -188,14 +190,18 @@ func (s *DocumentStore) acquireIn(ctx context.Context, key string, ss *storeSess
 	defer unlock()
 	raced, seen := false, uint64(0) // a compare-and-swap failed; the epoch it was decided against
 	for range maxAcquireAttempts {
-		rec, version, err := s.read(ctx, "acquire", key)
+		rec, version, p, err := s.readWithPlace(ctx, "acquire", key)
 		if err != nil {
 			return Grant{}, nil, err
 		}
 		now := s.now()
 		mine, isMine := s.heldAt(key, rec)
-		view, err := s.viewKey(ctx, "acquire", key, rec, mineOrNil(mine, isMine), now, sessionsSeen{})
+		sessions := sessionsSeen{}
+		view, err := s.viewKey(ctx, "acquire", key, rec, mineOrNil(mine, isMine), now, sessions)
 		if err != nil {
+			return Grant{}, nil, err
+		}
+		if view.place, err = s.judgePlaceAt(ctx, "acquire", key, p, rec, now, sessions); err != nil {
 			return Grant{}, nil, err
 		}
 		if raced && !isMine && rec != nil && rec.Epoch > seen {
@@ -308,6 +314,11 @@ func (s *DocumentStore) release(ctx context.Context, g Grant) error {
 		return err
 	}
 	defer unlock()
+	return s.releaseLocked(ctx, g)
+}
+
+// releaseLocked is release under g's key lock.
+func (s *DocumentStore) releaseLocked(ctx context.Context, g Grant) error {
 	if mutant == mutantLateEnd {
 		defer s.holds.giveUp(g)
 	} else {
@@ -387,6 +398,9 @@ func (s *DocumentStore) Holders(ctx context.Context, prefix string) iter.Seq2[Re
 			}
 			now := s.now()
 			for _, rec := range recs {
+				if isPlaceKey(rec.Key) {
+					continue // a waiter's place, not a key (R25)
+				}
 				if err := checkRecord(rec, rec.Key); err != nil {
 					if !yield(Record{}, &StorageError{Op: "holders", Key: rec.Key, Err: err}) {
 						return
@@ -823,6 +837,7 @@ func (s *DocumentStore) decideAcquire(view keyView, isMine bool, now time.Time) 
 		Mine:    isMine,
 		Expired: view.verdict.Expired,
 		Clean:   view.verdict.Clean,
+		Place:   view.place,
 		Owner:   s.cfg.owner,
 		Expires: s.expiry(now),
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // This file holds the DocumentStore's batched operations (R12): Hold's
@@ -213,7 +214,11 @@ func (s *DocumentStore) settleUnknown(ctx context.Context, gs []Grant) {
 // with one batched read and one batched write when the driver can batch.
 // Over a driver with sessions it attaches the keys to the store's live
 // session, starting one first if it must (R18).
-func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantResult {
+//
+// waited says, for each key, how long its waiter has waited (nil or 0: a
+// caller that does not wait for it): a waiter that finds its key held
+// takes the key's place, unless one that waited longer has it (R25).
+func (s *DocumentStore) acquireMany(ctx context.Context, keys []string, waited []time.Duration) []grantResult {
 	out := make([]grantResult, len(keys))
 	br, canRead := s.d.(BatchReader)
 	if err := s.usable(ctx); err != nil || !canRead {
@@ -248,10 +253,14 @@ func (s *DocumentStore) acquireMany(ctx context.Context, keys []string) []grantR
 		locks = append(locks, unlock)
 		ready, index = append(ready, key), append(index, i)
 	}
-	batch, again := s.decideMany(ctx, br, ready, index, out)
+	batch, again, claims := s.decideMany(ctx, br, ready, index, out, waited)
+	for _, c := range claims {
+		out[c.idx].claim = &c
+	}
 	single = append(single, again...)
-	// A session is started or joined only when a key is to be written:
-	// a store whose keys are all held by others only reads (R18).
+	// A session is started or joined only when a key is to be written: a
+	// store whose keys are all held by others only reads (R18); its
+	// waiters' places are claimed after the look (claimPlaces).
 	var ss *storeSession
 	if len(batch) > 0 || len(single) > 0 {
 		var err error
@@ -312,15 +321,29 @@ func (s *DocumentStore) lockValid(key string) (func(), bool) {
 // for keys that need no write and returns the writes of the rest, after
 // ending each dead session they need ended, once (R21); and the indices
 // of keys to take one at a time.
-func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []string, index []int, out []grantResult) ([]batchWrite, []int) {
+//
+// Where the store keeps places (R25) it reads each key's place with it,
+// and returns the claims on places of waiters that found their keys held.
+func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []string, index []int, out []grantResult, waited []time.Duration) ([]batchWrite, []int, []placeClaim) {
 	if len(keys) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	results, err := s.getMany(ctx, br, keys)
-	if err == nil && len(results) != len(keys) {
-		err = fmt.Errorf("driver answered %d of %d reads", len(results), len(keys))
+	read := keys
+	if s.placesOn() {
+		read = make([]string, 0, 2*len(keys))
+		read = append(read, keys...)
+		for _, key := range keys {
+			read = append(read, placeKey(key))
+		}
 	}
-	var batch []batchWrite
+	results, err := s.getMany(ctx, br, read)
+	if err == nil && len(results) != len(read) {
+		err = fmt.Errorf("driver answered %d of %d reads", len(results), len(read))
+	}
+	var (
+		batch  []batchWrite
+		claims []placeClaim
+	)
 	now := s.now()
 	seen := sessionsSeen{}
 	for j, key := range keys {
@@ -340,6 +363,13 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 			isMine = false
 		}
 		view, verr := s.viewKey(ctx, "acquire", key, rec, mineOrNil(mine, isMine), now, seen)
+		var p place
+		if verr == nil && s.placesOn() && rec != nil {
+			pr := results[len(keys)+j]
+			if p, verr = s.placeResult("acquire", key, pr.Rec, pr.Version, pr.Err); verr == nil {
+				view.place, verr = s.judgePlaceAt(ctx, "acquire", key, p, rec, now, seen)
+			}
+		}
 		if verr != nil {
 			out[i].err = verr
 			continue
@@ -348,6 +378,10 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 		switch {
 		case d.Err != nil:
 			out[i].err = d.Err
+			out[i].placed = view.place.Mine
+			if c, ok := claimFor(i, key, rec, p, view.place, waitedFor(waited, i), now); ok && errors.Is(d.Err, ErrHeld) {
+				claims = append(claims, c)
+			}
 		case d.Reuse:
 			out[i].g, out[i].sess = mine.current(), mine.sess
 		default:
@@ -360,7 +394,17 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 			batch = append(batch, w)
 		}
 	}
-	return s.killFirst(ctx, batch, out)
+	batch, single := s.killFirst(ctx, batch, out)
+	return batch, single, claims
+}
+
+// waitedFor is how long the waiter of the key at index i has waited; 0
+// when waited says nothing of it.
+func waitedFor(waited []time.Duration, i int) time.Duration {
+	if i < len(waited) {
+		return waited[i]
+	}
+	return 0
 }
 
 // killFirst ends, once each, the dead sessions that batch's writes need

@@ -163,6 +163,7 @@ func (s *DocumentStore) attach(ctx context.Context) (*storeSession, error) {
 	}
 	ss.attaching++
 	s.sess = ss
+	s.current.Store(ss)
 	return ss, nil
 }
 
@@ -480,6 +481,7 @@ type keyView struct {
 	rec     *Record
 	verdict sessionVerdict
 	sess    *seenSession // the session read, which a takeover ends first (R21)
+	place   placeVerdict // what the key's place says (R25)
 }
 
 // viewKey reads the session that rec names, unless this store's table

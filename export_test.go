@@ -11,7 +11,7 @@ import (
 // checks every key of a batch as if it had been written alone. Each answer
 // is the grant and error at the same index.
 func (s *DocumentStore) AcquireBatch(ctx context.Context, keys []string) ([]Grant, []error) {
-	return splitResults(s.acquireMany(ctx, keys))
+	return splitResults(s.acquireMany(ctx, keys, nil))
 }
 
 // KeepsSessions reports whether AcquireBatch attaches its keys to the

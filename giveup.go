@@ -149,6 +149,14 @@ func (k *keeper) release(ctx context.Context, h *Held) error {
 	return err
 }
 
+// handoff is release, reserving the key for owner (R25).
+func (k *keeper) handoff(ctx context.Context, h *Held, hs handoffStore, owner string) error {
+	g := k.giveUp(h)
+	err := hs.handoff(ctx, g, owner)
+	k.settled(g, err)
+	return err
+}
+
 // giveUp ends h before Release writes (R17) and returns the grant to
 // release. The key's waiters wait until settled reports the write.
 func (k *keeper) giveUp(h *Held) Grant {

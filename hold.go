@@ -558,6 +558,38 @@ func (h *Held) Release(ctx context.Context) error {
 	return err
 }
 
+// Handoff releases the key reserved for owner (R25): the Held ends first
+// (R17), then the store writes the key's place for owner and releases the
+// key, so that the next holder is owner, with epoch + 1 and
+// PreviousUnclean false, and nobody else can take the key while the place
+// stands. If owner does not take the key within the store's TTL, the key
+// is free as after Release. The receiving side is an ordinary Hold or
+// HoldEach by a store of owner.
+//
+// A store that keeps no places (a LocalStore, a DocumentStore whose
+// driver does not state Sessions) returns an error matching
+// errors.ErrUnsupported and gives nothing up. After a failed Handoff the
+// grant is still the store's: Handoff or Release may be tried again.
+func (h *Held) Handoff(ctx context.Context, owner string) error {
+	if err := validateOwner(owner); err != nil {
+		return fmt.Errorf("lease: handoff of %q: owner: %w", h.key, err)
+	}
+	hs, ok := h.k.s.(handoffStore)
+	if !ok || !hs.placesOn() {
+		return fmt.Errorf("lease: handoff of %q: %w: the store keeps no places", h.key, errors.ErrUnsupported)
+	}
+	h.releaseMu.Lock()
+	defer h.releaseMu.Unlock()
+	if h.released {
+		return h.releaseErr
+	}
+	err := h.k.handoff(ctx, h, hs, owner)
+	if err == nil || errors.Is(err, ErrLost) {
+		h.released, h.releaseErr = true, err
+	}
+	return err
+}
+
 // Run holds key while fn runs, then releases it. fn gets a context that
 // ends when ctx does or the lease is lost, and the grant, whose Epoch is
 // the fencing token for everything fn writes. Run returns fn's error,

@@ -38,6 +38,10 @@ type keeper struct {
 	queues     map[string][]*waiter            // each key's waiters, first come, first served
 	spent      map[string]Grant                // the last grant a Held of the key had, while the store may hold it still
 	settling   map[string]settle               // writes in flight that give a key's grant up
+	places     map[string]bool                 // keys whose place the store has for this store's waiters (R25)
+	claiming   []placeClaim                    // places to claim for waiters, as their looks found (R25)
+	leaving    []string                        // places to clear: nobody of the store waits for them any more
+	unplacing  bool                            // writePlaces runs
 	sessions   map[*storeSession]*sessionRound // the Helds kept through each session of the store (holdsession.go)
 	dues       *schedule.Schedule[*round]      // rounds by next renewal
 	deadlines  *schedule.Schedule[*round]      // rounds by deadline
@@ -80,6 +84,7 @@ func newKeeper(s Store) *keeper {
 		queues:   make(map[string][]*waiter),
 		spent:    make(map[string]Grant),
 		settling: make(map[string]settle),
+		places:   make(map[string]bool),
 		sessions: make(map[*storeSession]*sessionRound),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())

@@ -164,6 +164,7 @@ func (k *keeper) dequeueLocked(w *waiter) {
 	ws := slices.DeleteFunc(k.queues[w.key], func(o *waiter) bool { return o == w })
 	if len(ws) == 0 {
 		delete(k.queues, w.key)
+		k.leavePlaceLocked(w.key)
 	} else {
 		k.queues[w.key] = ws
 	}
@@ -290,9 +291,9 @@ const firstLook = 1000
 
 // acquireAll acquires keys through s: in batches when s can, else a few
 // at once, telling got of each key's answer as it comes.
-func acquireAll(ctx context.Context, s Store, keys []string, got func(i int, r grantResult)) []grantResult {
+func acquireAll(ctx context.Context, s Store, keys []string, waited []time.Duration, got func(i int, r grantResult)) []grantResult {
 	if b, ok := s.(batchStore); ok {
-		return b.acquireMany(ctx, keys)
+		return b.acquireMany(ctx, keys, waited)
 	}
 	out := make([]grantResult, len(keys))
 	eachAtOnce(len(keys), func(i int) {
@@ -309,8 +310,13 @@ func acquireAll(ctx context.Context, s Store, keys []string, got func(i int, r g
 func (k *keeper) look(batch []*waiter, own bool) {
 	defer k.calls.Done()
 	keys := make([]string, len(batch))
+	waited := make([]time.Duration, len(batch)) // how long each has waited: its place in line (R25)
+	now := time.Now()
 	for i, w := range batch {
 		keys[i] = w.key
+		if !w.cfg.failIfHeld {
+			waited[i] = max(now.Sub(w.started), time.Nanosecond)
+		}
 	}
 	ctx, cancel := context.WithTimeout(k.ctx, lookTimeout)
 	var answered []reading // when each key was answered, to measure a TTL the store does not state
@@ -318,7 +324,7 @@ func (k *keeper) look(batch []*waiter, own bool) {
 		answered = make([]reading, len(batch))
 	}
 	start := k.sendReading()
-	results := acquireAll(ctx, k.s, keys, func(i int, r grantResult) {
+	results := acquireAll(ctx, k.s, keys, waited, func(i int, r grantResult) {
 		if answered != nil {
 			answered[i] = readClocks()
 		}
@@ -365,6 +371,9 @@ func (k *keeper) look(batch []*waiter, own bool) {
 		w.looking = false
 		if k.lookedLocked(w, results[i], starts[i], renewed[i]) {
 			watch = append(watch, w)
+		}
+		if c := results[i].claim; c != nil && !w.done {
+			k.claimLocked(*c)
 		}
 	}
 	k.roundSize = 0
@@ -430,8 +439,12 @@ func (k *keeper) lookedLocked(w *waiter, r grantResult, start reading, renewal b
 		return false
 	}
 	if r.err == nil {
+		delete(k.places, w.key) // taken: the grant used the place up
 		k.grantedLocked(w, r.g, r.sess, start, renewal)
 		return false
+	}
+	if errors.Is(r.err, ErrHeld) {
+		k.placedLocked(w.key, r.placed)
 	}
 	if w.gone {
 		k.dequeueLocked(w)
@@ -630,4 +643,97 @@ func (e *waitError) Unwrap() []error {
 		return []error{e.ctx, e.held, e.last}
 	}
 	return []error{e.ctx, e.last}
+}
+
+// leaveTimeout bounds a call that clears places, which Close waits for.
+const leaveTimeout = 5 * time.Second
+
+// placedLocked notes whether the store has key's place for this store's
+// waiters (R25), as a look that found the key held said.
+func (k *keeper) placedLocked(key string, placed bool) {
+	if placed {
+		k.places[key] = true
+	} else {
+		delete(k.places, key)
+	}
+}
+
+// leavePlaceLocked clears key's place, if the store has it for this
+// store's waiters, now that none of them waits for the key: a place left
+// behind would keep the key from everyone else while the store's session
+// lives.
+func (k *keeper) leavePlaceLocked(key string) {
+	if !k.places[key] {
+		return
+	}
+	delete(k.places, key)
+	ps, ok := k.s.(placeStore)
+	if !ok || k.stopped {
+		return
+	}
+	k.leaving = append(k.leaving, key)
+	k.placeWorkLocked(ps)
+}
+
+// claimLocked has the place c claimed for the key's waiters, after the
+// look that found the key held.
+func (k *keeper) claimLocked(c placeClaim) {
+	ps, ok := k.s.(placeStore)
+	if !ok || k.stopped {
+		return
+	}
+	k.claiming = append(k.claiming, c)
+	k.placeWorkLocked(ps)
+}
+
+// placeWorkLocked starts the goroutine that writes places, unless it runs.
+func (k *keeper) placeWorkLocked(ps placeStore) {
+	if !k.unplacing {
+		k.unplacing = true
+		k.calls.Add(1)
+		go k.writePlaces(ps)
+	}
+}
+
+// writePlaces claims the places in k.claiming and clears those in
+// k.leaving until none is left. Close waits for it rather than cancel it:
+// a waiter that gave up before Close clears its place, as a process that
+// exits after a Hold timed out does.
+func (k *keeper) writePlaces(ps placeStore) {
+	defer k.calls.Done()
+	for {
+		k.mu.Lock()
+		claims, leaving := k.claiming, k.leaving
+		k.claiming, k.leaving = nil, nil
+		if len(claims)+len(leaving) == 0 {
+			k.unplacing = false
+			k.mu.Unlock()
+			return
+		}
+		k.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+		for chunk := range slices.Chunk(claims, maxBatch) {
+			k.claimed(chunk, ps.claimPlaces(ctx, chunk))
+		}
+		for chunk := range slices.Chunk(leaving, maxBatch) {
+			ps.leavePlaces(ctx, chunk)
+		}
+		cancel()
+	}
+}
+
+// claimed notes the places that landed: the key's waiters have them, or,
+// if none waits any more, they are cleared next.
+func (k *keeper) claimed(claims []placeClaim, landed []bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for j, c := range claims {
+		switch {
+		case !landed[j]:
+		case len(k.queues[c.key]) > 0 && !k.stopped:
+			k.places[c.key] = true
+		default:
+			k.leaving = append(k.leaving, c.key)
+		}
+	}
 }

@@ -70,7 +70,24 @@ type observedStore interface {
 // sc.out; it touches nothing else of sc, and works in memory of its own.
 type batchStore interface {
 	renewMany(ctx context.Context, sc *renewScratch) []grantResult
-	acquireMany(ctx context.Context, keys []string) []grantResult
+	acquireMany(ctx context.Context, keys []string, waited []time.Duration) []grantResult
+}
+
+// placeStore is a store that keeps waiters' places (R25): a look tells
+// it how long each key's waiter waited (batchStore.acquireMany) and
+// answers the claims on places it found due; the keeper has them written
+// after the look, so that a slow write never holds up a look's answer,
+// and has the places no waiter of the store needs any more cleared.
+type placeStore interface {
+	claimPlaces(ctx context.Context, claims []placeClaim) (landed []bool)
+	leavePlaces(ctx context.Context, keys []string)
+}
+
+// handoffStore is a store that can release a key reserved for an owner
+// (Held.Handoff, R25), when placesOn says it keeps places.
+type handoffStore interface {
+	placesOn() bool
+	handoff(ctx context.Context, g Grant, owner string) error
 }
 
 // releaseWatcher is a store that can tell at once when a key may have
@@ -131,6 +148,8 @@ type grantResult struct {
 	err    error
 	ticket *heldGrant    // the store's table entry of a renewed grant, if it has one
 	sess   *storeSession // the session an acquired grant is attached to (R20); nil: kept per key
+	placed bool          // the key was held, and the store has its place (R25): it is next
+	claim  *placeClaim   // the key was held, and its waiter is to take its place (R25)
 }
 
 // storeTTL is the TTL of the grants s makes, when s states it; 0 otherwise.

@@ -31,4 +31,7 @@ const (
 	mutantSessionIDReused     = "session_id_reused"     // R18: a new session takes the id of the last one (startSession)
 	mutantSessionEndFirst     = "session_end_first"     // R17, R22: ReleaseAll ends the session before the Helds end (ReleaseAll)
 	mutantUnreadSessionFree   = "unread_session_free"   // R23: a key whose session is missing reads as free (sessionOf)
+
+	mutantBargePlace   = "barge_place"   // R25: take a free key whose place is another's (decide)
+	mutantHandoffAfter = "handoff_after" // R25: Handoff writes the place after the release that frees the key (handoff)
 )

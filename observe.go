@@ -470,7 +470,8 @@ func (s *DocumentStore) list(ctx context.Context, ld ListDriver, prefix, after s
 // batchKey is the Key of a storage event about keys: the key when there
 // is one.
 func batchKey(keys []string) string {
-	if len(keys) == 1 {
+	switch {
+	case len(keys) == 1, len(keys) == 2 && keys[1] == placeKey(keys[0]): // a key and its place (R25)
 		return keys[0]
 	}
 	return ""

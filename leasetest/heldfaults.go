@@ -228,7 +228,11 @@ func (f *heldFaults) apply(ctx context.Context, w lease.Write) (uint64, error) {
 		return 0, err
 	}
 	lands := w.Pre.Absent != exists && (!exists || version == w.Pre.Version)
-	if lands && exists && !cur.Released && (w.Rec.Released || w.Rec.Owner != cur.Owner || w.Rec.Epoch != cur.Epoch) {
+	isKey := lease.ValidateKey(w.Rec.Key) == nil // not a waiter's place, which grants nothing
+	if lands && isKey && !w.Rec.Released && (!exists || w.Rec.Epoch != cur.Epoch) {
+		f.m.taking(w.Rec)
+	}
+	if lands && exists && isKey && !cur.Released && (w.Rec.Released || w.Rec.Owner != cur.Owner || w.Rec.Epoch != cur.Epoch) {
 		f.m.givingUp(cur, w.Rec)
 		if !w.Rec.Released && w.Rec.Owner != cur.Owner && cur.Session != "" {
 			f.takingFromSession(ctx, cur, w.Rec)

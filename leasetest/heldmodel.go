@@ -230,10 +230,11 @@ type heldModel struct {
 	mu         sync.Mutex // guards the fields below: Hold goroutines and the driver use them
 	entries    []*heldEntry
 	calls      []*holdCall
-	topGrant   map[string]grantID // per key: the newest grant a Hold returned
-	faults     map[string]int     // per key: how many faults touched its writes
-	sessFaults map[string]int     // per owner: how many faults touched its sessions' writes
-	ambiguous  map[grantID]bool   // grants a write of unknown outcome may have left held
+	topGrant   map[string]grantID      // per key: the newest grant a Hold returned
+	faults     map[string]int          // per key: how many faults touched its writes
+	sessFaults map[string]int          // per owner: how many faults touched its sessions' writes
+	ambiguous  map[grantID]bool        // grants a write of unknown outcome may have left held
+	handoffs   map[string]*handoffMark // per key: the last Handoff of it (R25)
 	violations []string
 	events     []string // what happened, for a failure's message
 	start      time.Time
@@ -241,7 +242,7 @@ type heldModel struct {
 
 func newHeldModel(rt *rapid.T) *heldModel {
 	m := &heldModel{t: rt, keys: []string{"held/a", "held/b", "held/c"},
-		topGrant: map[string]grantID{}, faults: map[string]int{}, sessFaults: map[string]int{}, ambiguous: map[grantID]bool{}, start: time.Now()}
+		topGrant: map[string]grantID{}, faults: map[string]int{}, sessFaults: map[string]int{}, ambiguous: map[grantID]bool{}, handoffs: map[string]*handoffMark{}, start: time.Now()}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m
 }
@@ -278,6 +279,7 @@ func (m *heldModel) run() {
 		"leave":       m.leave,
 		"advance":     m.advance,
 		"quiet hour":  m.quietHour,
+		"hand off":    m.handOff,
 		"":            m.check,
 	}
 	if m.b.faulty() != nil {
@@ -416,6 +418,9 @@ func (m *heldModel) held(c *holdCall, h *lease.Held, err error) {
 	if top := m.topGrant[c.key]; e.live() && (g.Epoch < top.epoch || (g.Epoch == top.epoch && g.Owner != top.owner)) {
 		m.violate("R2: key %s: Hold (%s) by %s returned owner %s epoch %d after a Held of owner %s epoch %d",
 			c.key, c.mode, c.st.name, g.Owner, g.Epoch, top.owner, top.epoch)
+	}
+	if h := m.handoffs[c.key]; h != nil && h.done && g.Epoch == h.epoch+1 && g.PreviousUnclean {
+		m.violate("R25: key %s: Hold by %s got epoch %d PreviousUnclean after a Handoff released epoch %d", c.key, c.st.name, g.Epoch, h.epoch)
 	}
 	if g.Epoch >= m.topGrant[c.key].epoch {
 		m.topGrant[c.key] = grantID{c.key, g.Owner, g.Epoch}
@@ -871,4 +876,86 @@ func (m *heldModel) describe(rec lease.Record) string {
 		state = "released"
 	}
 	return fmt.Sprintf("owner %s epoch %d (%s)", rec.Owner, rec.Epoch, state)
+}
+
+// handoffMark is a Handoff of a key's grant at epoch to owner to: until
+// its bound, no other owner may take the key's next grant (R25). A take
+// seen while the Handoff runs is a suspect until it returns nil.
+type handoffMark struct {
+	to       string
+	epoch    uint64
+	until    time.Time
+	done     bool     // Handoff returned nil: the place stood
+	suspects []string // takes by others seen while it ran
+}
+
+// handOff hands a Held's key to another open store's owner, or to an
+// owner that never comes, and has the named store wait for the key.
+func (m *heldModel) handOff(t *rapid.T) {
+	e := m.pickEntry(t)
+	var to *heldStore
+	for _, slot := range m.slots {
+		if cur := slot[len(slot)-1]; !cur.closed && cur != e.st && rapid.Bool().Draw(t, "to "+cur.name) {
+			to = cur
+			break
+		}
+	}
+	owner := "nobody-comes"
+	if to != nil {
+		owner = to.owner
+	}
+	mark := &handoffMark{to: owner, epoch: e.epoch, until: time.Now().Add(HeldTTL - 10*time.Millisecond)}
+	m.mu.Lock()
+	m.handoffs[e.key] = mark
+	m.mu.Unlock()
+	m.endByModel(func(o *heldEntry) bool { return o == e })
+	ctx, cancel := opCtx()
+	defer cancel()
+	err := e.h.Handoff(ctx, owner)
+	m.log("Handoff of %s's Held of %s epoch %d to %s: %v", e.st.name, e.key, e.epoch, owner, err)
+	if e.live() && !errors.Is(err, errors.ErrUnsupported) {
+		m.record("R17: key %s: Held.Handoff of %v returned (%v) with the Held still live", e.key, e, err)
+	}
+	m.mu.Lock()
+	if err == nil {
+		mark.done = true
+		m.violations = append(m.violations, mark.suspects...)
+	} else if m.handoffs[e.key] == mark {
+		delete(m.handoffs, e.key)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return
+	}
+	if to != nil {
+		m.startHold(to, e.key, "wait", m.ctx, func() {})
+	}
+	// Another store asks for the key too: it waits out the place.
+	var others []*heldStore
+	for _, slot := range m.slots {
+		if cur := slot[len(slot)-1]; !cur.closed && cur != to {
+			others = append(others, cur)
+		}
+	}
+	if len(others) > 0 {
+		m.startHold(rapid.SampledFrom(others).Draw(t, "other"), e.key, "wait", m.ctx, func() {})
+	}
+}
+
+// taking checks R25 as a write is about to give key next's grant to its
+// owner: while a Handoff's place stands, only its owner takes the key.
+func (m *heldModel) taking(next lease.Record) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.handoffs[next.Key]
+	if h == nil || next.Epoch != h.epoch+1 || next.Owner == h.to || !time.Now().Before(h.until) {
+		return
+	}
+	v := fmt.Sprintf("R25: key %s: %s took epoch %d, which a Handoff reserved for %s until %v",
+		next.Key, next.Owner, next.Epoch, h.to, h.until.Sub(m.start))
+	if h.done {
+		m.violate("%s", v)
+	} else {
+		h.suspects = append(h.suspects, v)
+	}
 }

@@ -566,9 +566,11 @@ func (h *Held) Release(ctx context.Context) error {
 // is free as after Release. The receiving side is an ordinary Hold or
 // HoldEach by a store of owner.
 //
-// A store that keeps no places (a LocalStore, a DocumentStore whose
-// driver does not state Sessions) returns an error matching
-// errors.ErrUnsupported and gives nothing up. After a failed Handoff the
+// A LocalStore keeps the reservation in the released record (its bound
+// is WithTTL's, DefaultTTL by default). A store that keeps no places (a
+// DocumentStore whose driver does not state Sessions, a Store of another
+// package) returns an error matching errors.ErrUnsupported and gives
+// nothing up. After a failed Handoff the
 // grant is still the store's: Handoff or Release may be tried again.
 func (h *Held) Handoff(ctx context.Context, owner string) error {
 	if err := validateOwner(owner); err != nil {

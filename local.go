@@ -265,7 +265,7 @@ const noRace uint64 = math.MaxUint64
 // and this instance does not yet hold a grant on. seen is the epoch on
 // record when an earlier try found the flock taken (noRace if none did).
 func (s *LocalStore) acquireLocked(key string, h *localLock, seen uint64) (Grant, error) {
-	rec, seq, err := s.readRecord(h.f, key)
+	rec, p, seq, err := s.readRecordPlace(h.f, key)
 	if err != nil { // R10: give the flock back, write nothing
 		s.giveBack(key, h)
 		return Grant{}, s.storageErr("acquire", key, err)
@@ -277,7 +277,11 @@ func (s *LocalStore) acquireLocked(key string, h *localLock, seen uint64) (Grant
 		return Grant{}, heldBy(*rec)
 	}
 	// We hold the flock, so the record's holder, if any, is gone.
-	out := decide(acquireInput{Stored: rec, Expired: true, Owner: s.cfg.owner})
+	in := acquireInput{Stored: rec, Expired: true, Owner: s.cfg.owner}
+	if rec != nil {
+		in.Place = judgePlace(p, rec.Epoch, s.cfg.owner, "", false, s.cfg.now())
+	}
+	out := decide(in)
 	if out.Err != nil {
 		s.giveBack(key, h)
 		return Grant{}, out.Err
@@ -368,6 +372,38 @@ func (s *LocalStore) release(ctx context.Context, g Grant) error {
 	}
 	if err := s.write(h, h.seq+1, h.grant, true); err != nil {
 		return s.storageErr("release", g.Key, err)
+	}
+	s.drop(g.Key, h)
+	return nil
+}
+
+// placesOn reports that the local store can hand a key off (R25): its
+// records keep a reserved next owner.
+func (s *LocalStore) placesOn() bool { return true }
+
+// handoff releases g reserved for owner until a TTL from now (R25), in
+// the one write that releases it: only a store of owner takes the key
+// until then. Local grants never expire; the bound is WithTTL's, or
+// DefaultTTL.
+func (s *LocalStore) handoff(ctx context.Context, g Grant, owner string) error {
+	unlock, err := s.begin(ctx, g.Key)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s.holds.giveUp(g) // its Held ends before the key can pass on (R17)
+	h := s.heldLock(g.Key)
+	if h == nil || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch {
+		return lost(g.Key, g.Epoch)
+	}
+	if !s.stillLinked(g.Key, h) {
+		s.drop(g.Key, h)
+		return lost(g.Key, g.Epoch)
+	}
+	until := s.cfg.now().Add(s.cfg.ttl)
+	rec := localfs.Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, Released: true, Next: owner, Until: until.UnixNano()}
+	if err := s.writeSlot(h, h.seq+1, rec); err != nil {
+		return s.storageErr("handoff", g.Key, err)
 	}
 	s.drop(g.Key, h)
 	return nil
@@ -561,8 +597,12 @@ func names(rec *Record, g Grant) bool {
 
 // write stores g (released or not) in h's file as write number seq, durably.
 func (s *LocalStore) write(h *localLock, seq uint64, g Grant, released bool) error {
+	return s.writeSlot(h, seq, localfs.Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, Released: released})
+}
+
+// writeSlot stores rec in h's lock file as write number seq.
+func (s *LocalStore) writeSlot(h *localLock, seq uint64, rec localfs.Record) error {
 	s.roundTrips.Add(1)
-	rec := Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, Released: released}
 	if err := s.writeRecord(h.f, seq, rec); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/leasekit/lease/internal/localfs"
 )
@@ -114,11 +115,25 @@ func (s *LocalStore) peek(key string) (*Record, error) {
 // key never acquired, an error matching ErrCorrupt for one no store could
 // have written (R10).
 func readRecord(f *os.File, key string) (*Record, uint64, error) {
+	rec, _, seq, err := readRecordPlace(f, key)
+	return rec, seq, err
+}
+
+// readRecordPlace is readRecord with the place a Handoff left in a
+// released record (R25): the zero place when there is none.
+func readRecordPlace(f *os.File, key string) (*Record, place, uint64, error) {
 	rec, seq, err := localfs.ReadRecord(f, key)
 	if err != nil || rec == nil {
-		return nil, seq, corruptErr(err)
+		return nil, place{}, seq, corruptErr(err)
 	}
-	return checkedRecord(*rec, key, seq)
+	r, seq, err := checkedRecord(*rec, key, seq)
+	if err != nil || rec.Next == "" {
+		return r, place{}, seq, err
+	}
+	if err := validateOwner(rec.Next); err != nil {
+		return nil, place{}, 0, corrupt("hand-off to %q", rec.Next)
+	}
+	return r, place{owner: rec.Next, epoch: rec.Epoch, at: time.Unix(0, rec.Until).UTC(), version: seq}, seq, nil
 }
 
 // checkedRecord is rec as package lease reads it, once its owner is one a
@@ -132,8 +147,8 @@ func checkedRecord(rec localfs.Record, key string, seq uint64) (*Record, uint64,
 }
 
 // writeRecord stores rec in f as write number seq, durably.
-func writeRecord(f *os.File, seq uint64, rec Record) error {
-	return localfs.WriteRecord(f, seq, toSlot(rec))
+func writeRecord(f *os.File, seq uint64, rec localfs.Record) error {
+	return localfs.WriteRecord(f, seq, rec)
 }
 
 // toSlot is rec as a lock file's slot holds it: local grants never expire.

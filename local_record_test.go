@@ -249,7 +249,7 @@ func TestLocalTornWrites(t *testing.T) {
 		{Key: key, Owner: "b", Epoch: 2, Released: true},
 		{Key: key, Owner: "c", Epoch: 3},
 	}
-	if err := writeRecord(f, 1, states[0]); err != nil {
+	if err := writeRecord(f, 1, toSlot(states[0])); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i < len(states); i++ {
@@ -288,7 +288,7 @@ func TestLocalTornWrites(t *testing.T) {
 		if _, err := f.WriteAt(before, 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := writeRecord(f, seq, states[i]); err != nil {
+		if err := writeRecord(f, seq, toSlot(states[i])); err != nil {
 			t.Fatal(err)
 		}
 		if rec, got, err := readRecord(f, key); err != nil || *rec != states[i] || got != seq {

@@ -120,7 +120,7 @@ func TestLocalCases(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			if err := writeRecord(f, 2, Record{Key: key, Owner: "intruder", Epoch: 5}); err != nil {
+			if err := writeRecord(f, 2, toSlot(Record{Key: key, Owner: "intruder", Epoch: 5})); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := a.Renew(ctx, g); !errors.Is(err, ErrLost) {
@@ -502,13 +502,13 @@ func TestLocalLoserWaitsForWinnersRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := writeRecord(f, 3, Record{Key: "k", Owner: "winner", Epoch: 2}); err != nil {
+	if err := writeRecord(f, 3, toSlot(Record{Key: "k", Owner: "winner", Epoch: 2})); err != nil {
 		t.Fatal(err)
 	}
 	wantHeld(t, <-got, "winner", 2)
 
 	// A holder that never writes: the loser gives up looking and names nobody.
-	if err := writeRecord(f, 4, Record{Key: "k", Owner: "winner", Epoch: 2, Released: true}); err != nil {
+	if err := writeRecord(f, 4, toSlot(Record{Key: "k", Owner: "winner", Epoch: 2, Released: true})); err != nil {
 		t.Fatal(err)
 	}
 	_, err = loser.Acquire(ctx, "k")

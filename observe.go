@@ -480,13 +480,18 @@ func batchKey(keys []string) string {
 func (s *LocalStore) observed() *observer { return s.obs }
 
 func (s *LocalStore) readRecord(f *os.File, key string) (*Record, uint64, error) {
-	start := s.obs.start()
-	rec, seq, err := readRecord(f, key)
-	s.obs.storage(OpRead, key, 1, start, err)
+	rec, _, seq, err := s.readRecordPlace(f, key)
 	return rec, seq, err
 }
 
-func (s *LocalStore) writeRecord(f *os.File, seq uint64, rec Record) error {
+func (s *LocalStore) readRecordPlace(f *os.File, key string) (*Record, place, uint64, error) {
+	start := s.obs.start()
+	rec, p, seq, err := readRecordPlace(f, key)
+	s.obs.storage(OpRead, key, 1, start, err)
+	return rec, p, seq, err
+}
+
+func (s *LocalStore) writeRecord(f *os.File, seq uint64, rec localfs.Record) error {
 	start := s.obs.start()
 	err := writeRecord(f, seq, rec)
 	s.obs.storage(OpWrite, rec.Key, 1, start, err)

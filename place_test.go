@@ -338,3 +338,44 @@ func TestR25HandoffPlaceBeforeRelease(t *testing.T) {
 		}
 	})
 }
+
+// TestR25HandoffLocal: the local store hands a key off in the record its
+// release writes: another store waits out the bound, the named owner
+// takes the key at once with epoch + 1 and PreviousUnclean false.
+func TestR25HandoffLocal(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	open := func(owner string) *LocalStore {
+		s, err := NewLocalStore(dir, WithOwner(owner), WithClock(clock), WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	alice, bob, carol := open("alice"), open("bob"), open("carol")
+	h := mustHold(t, alice, "k")
+	if err := h.Handoff(t.Context(), "carol"); err != nil {
+		t.Fatalf("Handoff = %v", err)
+	}
+	if h.Context().Err() == nil {
+		t.Fatal("Handoff left the Held live")
+	}
+	_, err := bob.Acquire(t.Context(), "k")
+	wantHeldBy(t, "bob's Acquire of a key handed to carol", err, "carol")
+	g := mustAcquire(t, carol, "k")
+	if g.Epoch != h.Grant().Epoch+1 || g.PreviousUnclean {
+		t.Fatalf("carol's grant %+v; want epoch %d, PreviousUnclean false", g, h.Grant().Epoch+1)
+	}
+	h2 := mustHold(t, alice, "j")
+	if err := h2.Handoff(t.Context(), "nobody"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = bob.Acquire(t.Context(), "j")
+	wantHeldBy(t, "bob's Acquire before the bound", err, "nobody")
+	now = now.Add(time.Minute)
+	if g := mustAcquire(t, bob, "j"); g.Epoch != h2.Grant().Epoch+1 || g.PreviousUnclean {
+		t.Fatalf("bob's grant after the bound %+v; want epoch + 1, PreviousUnclean false", g)
+	}
+}

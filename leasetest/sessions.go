@@ -42,6 +42,29 @@ var sessionCases = []sessionCase{
 	{"PutSession compare-and-swap", nil, testSessionCAS},
 	{"racing PutSessions: exactly one wins", nil, testSessionRace},
 	{"RemoveSessions removes expired sessions no key names", nil, testRemoveSessions},
+	{"records under the reserved place keys round-trip (R25)", nil, testPlaceRecords},
+}
+
+// testPlaceRecords: a store keeps each key's place (R25) in a record under
+// "!next!" + key, which R1 forbids to users; a driver stating Sessions
+// keeps such records as it keeps any other, through Put, Get and GetMany.
+func testPlaceRecords(t *testing.T, sd lease.SessionDriver) {
+	ns, res := freshNamespace(t), lease.DriverCapabilities(sd).ExpiryResolution
+	s1 := newLiveSession(t, sd, "alice")
+	key := "!next!" + ns + "k"
+	p := attached(key, "alice", 3, s1.ID, res)
+	p.ExpiresAt = atResolution(time.Now().Add(-time.Minute).UTC(), res) // a waiter's start
+	v := mustPut(t, sd, p, lease.Precondition{Absent: true})
+	wantKey(t, sd, "a waiter's place", p, v)
+	p.Released = true
+	v = mustPut(t, sd, p, lease.Precondition{Version: v})
+	wantKey(t, sd, "a place given up", p, v)
+	if br, ok := sd.(lease.BatchReader); ok {
+		got, err := br.GetMany(ctxBG, []string{ns + "k", key})
+		if err != nil || len(got) != 2 || !errors.Is(got[0].Err, lease.ErrNotFound) || got[1].Err != nil || !sameRecord(got[1].Rec, p) || got[1].Version != v {
+			t.Errorf("GetMany(%q, %q) = %+v, %v; want ErrNotFound, then %+v version %d", ns+"k", key, got, err, p, v)
+		}
+	}
 }
 
 // runSessionCases runs the R24 cases when d states Sessions.

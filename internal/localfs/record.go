@@ -17,7 +17,11 @@ import (
 // overwrites the older of the two records and never the newest one. A slot
 // holds:
 //
-//	magic "LKR1" | seq u64 | epoch u64 | flags u8 | key len u16 | owner len u16 | key | owner | zeros | crc32c u32
+//	magic "LKR1" | seq u64 | epoch u64 | flags u8 | key len u16 | owner len u16 | key | owner | [hand-off] | zeros | crc32c u32
+//
+// A released record that Held.Handoff wrote has flagHanded too, and after
+// the owner: next owner len u16 | next owner | until (Unix ns) i64: the key
+// is reserved for the next owner until then.
 //
 // The checksum covers everything before it. The first write of a key
 // writes the whole file (slot 0 and a zero slot 1) so that every later write
@@ -59,6 +63,7 @@ const (
 	slotMagic  = "LKR1"
 	flagFreed  = 1 // the record is released
 	flagAbsent = 2 // write 1 of a new file: the key was never acquired
+	flagHanded = 4 // with flagFreed: released reserved for Next until Until
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -70,6 +75,8 @@ type Record struct {
 	Owner    string
 	Epoch    uint64
 	Released bool
+	Next     string // a released record's reserved next owner (Handoff); "" for none
+	Until    int64  // when Next's reservation ends, in Unix nanoseconds
 }
 
 // EncodeSlot lays out record rec as write number seq.
@@ -87,7 +94,14 @@ func EncodeSlot(seq uint64, rec Record) []byte {
 	binary.BigEndian.PutUint16(b[21:], uint16(len(rec.Key)))
 	binary.BigEndian.PutUint16(b[23:], uint16(len(rec.Owner)))
 	n := copy(b[slotHeader:], rec.Key)
-	copy(b[slotHeader+n:], rec.Owner)
+	n += copy(b[slotHeader+n:], rec.Owner)
+	if rec.Released && rec.Next != "" {
+		b[20] |= flagHanded
+		rest := b[slotHeader+n:]
+		binary.BigEndian.PutUint16(rest, uint16(len(rec.Next)))
+		m := 2 + copy(rest[2:], rec.Next)
+		binary.BigEndian.PutUint64(rest[m:], uint64(rec.Until))
+	}
 	binary.BigEndian.PutUint32(b[SlotLen-4:], crc32.Checksum(b[:SlotLen-4], castagnoli))
 	return b
 }
@@ -101,14 +115,26 @@ func DecodeSlot(b []byte) (seq uint64, rec Record, ok bool) {
 	seq = binary.BigEndian.Uint64(b[4:])
 	keyLen := int(binary.BigEndian.Uint16(b[21:]))
 	ownerLen := int(binary.BigEndian.Uint16(b[23:]))
-	if slotHeader+keyLen+ownerLen > SlotLen-4 || (b[20] != 0 && b[20] != flagFreed && b[20] != flagAbsent) {
+	end := slotHeader + keyLen + ownerLen
+	if end > SlotLen-4 || (b[20] != 0 && b[20] != flagFreed && b[20] != flagAbsent && b[20] != flagFreed|flagHanded) {
 		return 0, Record{}, false
 	}
 	rec = Record{
 		Key:      string(b[slotHeader : slotHeader+keyLen]),
-		Owner:    string(b[slotHeader+keyLen : slotHeader+keyLen+ownerLen]),
+		Owner:    string(b[slotHeader+keyLen : end]),
 		Epoch:    binary.BigEndian.Uint64(b[12:]),
 		Released: b[20]&flagFreed != 0,
+	}
+	if b[20]&flagHanded != 0 {
+		if end+2 > SlotLen-4 {
+			return 0, Record{}, false
+		}
+		nextLen := int(binary.BigEndian.Uint16(b[end:]))
+		if nextLen == 0 || end+2+nextLen+8 > SlotLen-4 {
+			return 0, Record{}, false
+		}
+		rec.Next = string(b[end+2 : end+2+nextLen])
+		rec.Until = int64(binary.BigEndian.Uint64(b[end+2+nextLen:]))
 	}
 	return seq, rec, true
 }

@@ -1,8 +1,9 @@
 // Command profilehost is the shape of a profile host: one store per node,
 // its profiles brought up together by HoldEach, a fenced transaction (or
 // Confirm, where the store is no SQL database) before a destructive step,
-// Holders for an admin page, metrics for the people who get paged, and
-// ReleaseAll at shutdown so that other nodes take over at once.
+// Holders for an admin page, Handoff to move a profile to a chosen node,
+// metrics for the people who get paged, and ReleaseAll at shutdown so
+// that other nodes take over at once.
 //
 // It serves its leases' metrics on /metrics in Prometheus' text format,
 // through OpenTelemetry's Prometheus exporter: the lease library itself
@@ -119,6 +120,27 @@ func run(ctx context.Context, listen, storeURL string) error {
 		}
 		fmt.Println(rec.Key, rec.Owner, rec.Epoch)
 	}
+
+	// Rebalancing: a node that joins the cluster takes profile:43 from
+	// this one. Handoff ends the Held, then releases the key reserved for
+	// node-b: nobody else can take it in between, and node-b gets it with
+	// an ordinary Hold, epoch + 1 and PreviousUnclean false (R25). Here
+	// node-b is a second store of this process, standing in for a host.
+	nodeB, err := lease.Open(ctx, storeURL, lease.WithOwner("node-b"))
+	if err != nil {
+		return err
+	}
+	defer nodeB.Close()
+	if err := profiles["profile:43"].Handoff(ctx, "node-b"); err != nil {
+		return err
+	}
+	delete(profiles, "profile:43")
+	moved, err := lease.Hold(ctx, nodeB, "profile:43")
+	if err != nil {
+		return err
+	}
+	defer moved.Release(context.Background())
+	fmt.Println("moved profile:43 to node-b at epoch", moved.Grant().Epoch)
 
 	// Serve the metrics until interrupted.
 	ln, err := net.Listen("tcp", listen)

@@ -40,6 +40,7 @@ type holdConfig struct {
 	renewEvery time.Duration // 0: a third of the TTL
 	margin     time.Duration // 0: a sixth of the TTL
 	badOption  error         // the first invalid option, reported by Hold
+	many       bool          // HoldEach's: its waits take no places (R25)
 }
 
 // FailIfHeld makes Hold and Run fail at once with ErrHeld (a *HeldError)
@@ -284,6 +285,7 @@ func HoldEach(ctx context.Context, s Store, keys []string, opts ...HoldOption) i
 		defer k.unuse()
 		valid, rejected := uniqueValidKeys(keys)
 		ch := make(chan HoldResult, len(valid))
+		cfg.many = true
 		ws := k.enqueue(ctx, cfg, valid, ch)
 		stop := func() {
 			for _, w := range ws {

@@ -314,7 +314,7 @@ func (k *keeper) look(batch []*waiter, own bool) {
 	now := time.Now()
 	for i, w := range batch {
 		keys[i] = w.key
-		if !w.cfg.failIfHeld {
+		if !w.cfg.failIfHeld && !w.cfg.many { // HoldEach's many keys would cost a write each
 			waited[i] = max(now.Sub(w.started), time.Nanosecond)
 		}
 	}

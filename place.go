@@ -125,15 +125,14 @@ func (s *DocumentStore) judgePlaceAt(ctx context.Context, op, key string, p plac
 	if rec == nil || p.version == 0 || p.cleared || p.epoch != rec.Epoch {
 		return placeVerdict{}, nil
 	}
-	mine := ""
-	if cur := s.current.Load(); cur != nil {
+	cur, mine := s.current.Load(), ""
+	if cur != nil {
 		mine = cur.id
 	}
 	live := false
 	switch {
 	case p.handoff():
-	case p.session == mine:
-		cur := s.current.Load()
+	case p.session == mine: // this store's own session: no read
 		live = !cur.isEnded() && !expired(cur.expiresAt(), now)
 	default:
 		got, err := s.sessionOf(ctx, op, key, p.session, seen)

@@ -322,30 +322,32 @@ func (s *DocumentStore) lockValid(key string) (func(), bool) {
 // ending each dead session they need ended, once (R21); and the indices
 // of keys to take one at a time.
 //
-// Where the store keeps places (R25) it reads each key's place with it,
-// and returns the claims on places of waiters that found their keys held.
+// Where the store keeps places (R25), it reads the places of the keys it
+// would take, or whose waiters would take their places, with one more
+// round trip (with the key itself for a lone key), decides those by their
+// places, and returns the claims on places of waiters that found their
+// keys held.
 func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []string, index []int, out []grantResult, waited []time.Duration) ([]batchWrite, []int, []placeClaim) {
 	if len(keys) == 0 {
 		return nil, nil, nil
 	}
 	read := keys
-	if s.placesOn() {
-		read = make([]string, 0, 2*len(keys))
-		read = append(read, keys...)
-		for _, key := range keys {
-			read = append(read, placeKey(key))
-		}
+	if s.placesOn() && len(keys) == 1 {
+		read = []string{keys[0], placeKey(keys[0])} // a lone Hold: its place in the same round trip
 	}
 	results, err := s.getMany(ctx, br, read)
 	if err == nil && len(results) != len(read) {
 		err = fmt.Errorf("driver answered %d of %d reads", len(results), len(read))
 	}
+	var prefetched []GetResult
+	if err == nil && len(read) > len(keys) {
+		results, prefetched = results[:1], results[1:]
+	}
 	var (
-		batch  []batchWrite
-		claims []placeClaim
+		dm    = decisions{waited: waited, now: s.now(), out: out}
+		seen  = sessionsSeen{}
+		later []keyDecision // keys whose place decides: read with one more round trip
 	)
-	now := s.now()
-	seen := sessionsSeen{}
 	for j, key := range keys {
 		i := index[j]
 		if err != nil {
@@ -358,44 +360,104 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 			out[i].err = rerr
 			continue
 		}
-		mine, isMine := s.heldAt(key, rec)
+		kd := keyDecision{idx: i, key: key, rec: rec, version: version}
+		kd.mine, kd.isMine = s.heldAt(key, rec)
 		if mutant == mutantBatchForgetsTable {
-			isMine = false
+			kd.isMine = false
 		}
-		view, verr := s.viewKey(ctx, "acquire", key, rec, mineOrNil(mine, isMine), now, seen)
-		var p place
-		if verr == nil && s.placesOn() && rec != nil {
-			pr := results[len(keys)+j]
-			if p, verr = s.placeResult("acquire", key, pr.Rec, pr.Version, pr.Err); verr == nil {
-				view.place, verr = s.judgePlaceAt(ctx, "acquire", key, p, rec, now, seen)
-			}
-		}
-		if verr != nil {
-			out[i].err = verr
+		if kd.view, err = s.viewKey(ctx, "acquire", key, rec, mineOrNil(kd.mine, kd.isMine), dm.now, seen); err != nil {
+			out[i].err, err = err, nil
 			continue
 		}
-		d := s.decideAcquire(view, isMine, now)
-		switch {
-		case d.Err != nil:
-			out[i].err = d.Err
-			out[i].placed = view.place.Mine
-			if c, ok := claimFor(i, key, rec, p, view.place, waitedFor(waited, i), now); ok && errors.Is(d.Err, ErrHeld) {
-				claims = append(claims, c)
-			}
-		case d.Reuse:
-			out[i].g, out[i].sess = mine.current(), mine.sess
-		default:
-			g := d.Next
-			g.Key = key
-			w := batchWrite{idx: i, grant: g, pre: Precondition{Absent: rec == nil, Version: version}}
-			if view.verdict.Kill {
-				w.kill = view.sess
-			}
-			batch = append(batch, w)
+		d := s.decideAcquire(kd.view, kd.isMine, dm.now)
+		if s.placesOn() && rec != nil && (d.Err == nil && !d.Reuse || errors.Is(d.Err, ErrHeld) && waitedFor(waited, i) > 0) {
+			later = append(later, kd) // it would take the key, or take its place: the place decides (R25)
+			continue
 		}
+		dm.apply(kd, d, place{})
 	}
-	batch, single := s.killFirst(ctx, batch, out)
-	return batch, single, claims
+	s.decideByPlaces(ctx, br, later, prefetched, &dm, seen)
+	batch, single := s.killFirst(ctx, dm.batch, out)
+	return batch, single, dm.claims
+}
+
+// keyDecision is what decideMany knows of one key before deciding it.
+type keyDecision struct {
+	idx     int // the caller's index
+	key     string
+	rec     *Record
+	version uint64
+	mine    heldGrant
+	isMine  bool
+	view    keyView
+}
+
+// decisions gathers decideMany's answers: the writes, the claims on
+// places, and each key's answer in out.
+type decisions struct {
+	waited []time.Duration
+	now    time.Time
+	out    []grantResult
+	batch  []batchWrite
+	claims []placeClaim
+}
+
+// apply takes d, the decision on kd, whose place is p.
+func (dm *decisions) apply(kd keyDecision, d acquireOutcome, p place) {
+	i := kd.idx
+	switch {
+	case d.Err != nil:
+		dm.out[i].err = d.Err
+		dm.out[i].placed = kd.view.place.Mine
+		if c, ok := claimFor(i, kd.key, kd.rec, p, kd.view.place, waitedFor(dm.waited, i), dm.now); ok && errors.Is(d.Err, ErrHeld) {
+			dm.claims = append(dm.claims, c)
+		}
+	case d.Reuse:
+		dm.out[i].g, dm.out[i].sess = kd.mine.current(), kd.mine.sess
+	default:
+		g := d.Next
+		g.Key = kd.key
+		w := batchWrite{idx: i, grant: g, pre: Precondition{Absent: kd.rec == nil, Version: kd.version}}
+		if kd.view.verdict.Kill {
+			w.kill = kd.view.sess
+		}
+		dm.batch = append(dm.batch, w)
+	}
+}
+
+// decideByPlaces reads the places of the keys in later, in one round
+// trip unless they were read already (prefetched), and decides each by
+// its place (R25).
+func (s *DocumentStore) decideByPlaces(ctx context.Context, br BatchReader, later []keyDecision, prefetched []GetResult, dm *decisions, seen sessionsSeen) {
+	if len(later) == 0 {
+		return
+	}
+	pkeys := make([]string, len(later))
+	for j, kd := range later {
+		pkeys[j] = placeKey(kd.key)
+	}
+	results, err := prefetched, error(nil)
+	if len(prefetched) != len(later) {
+		results, err = s.getMany(ctx, br, pkeys)
+	}
+	if err == nil && len(results) != len(pkeys) {
+		err = fmt.Errorf("driver answered %d of %d reads", len(results), len(pkeys))
+	}
+	for j, kd := range later {
+		if err != nil {
+			dm.out[kd.idx].err = &StorageError{Op: "acquire", Key: kd.key, Err: fmt.Errorf("its place: %w", err)}
+			continue
+		}
+		p, perr := s.placeResult("acquire", kd.key, results[j].Rec, results[j].Version, results[j].Err)
+		if perr == nil {
+			kd.view.place, perr = s.judgePlaceAt(ctx, "acquire", kd.key, p, kd.rec, dm.now, seen)
+		}
+		if perr != nil {
+			dm.out[kd.idx].err = perr
+			continue
+		}
+		dm.apply(kd, s.decideAcquire(kd.view, kd.isMine, dm.now), p)
+	}
 }
 
 // waitedFor is how long the waiter of the key at index i has waited; 0

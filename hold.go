@@ -574,6 +574,8 @@ func (h *Held) Release(ctx context.Context) error {
 // package) returns an error matching errors.ErrUnsupported and gives
 // nothing up. After a failed Handoff the
 // grant is still the store's: Handoff or Release may be tried again.
+// After a Release or Handoff that returned nil (or ErrLost) it reserves
+// nothing and fails with ErrLost.
 func (h *Held) Handoff(ctx context.Context, owner string) error {
 	if err := validateOwner(owner); err != nil {
 		return fmt.Errorf("lease: handoff of %q: owner: %w", h.key, err)
@@ -584,8 +586,8 @@ func (h *Held) Handoff(ctx context.Context, owner string) error {
 	}
 	h.releaseMu.Lock()
 	defer h.releaseMu.Unlock()
-	if h.released {
-		return h.releaseErr
+	if h.released { // released or handed off already: nothing is reserved now
+		return fmt.Errorf("%w (given up already; handing it off now reserves nothing)", lost(h.key, h.Grant().Epoch))
 	}
 	err := h.k.handoff(ctx, h, hs, owner)
 	if err == nil || errors.Is(err, ErrLost) {

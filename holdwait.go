@@ -686,6 +686,16 @@ func (k *keeper) claimLocked(c placeClaim) {
 	k.placeWorkLocked(ps)
 }
 
+// tookSince reports whether a Held of this store has had c's key at an
+// epoch after c's: the place was used up. k.mu must be held.
+func (k *keeper) tookSince(c placeClaim) bool {
+	if h := k.helds[c.key]; h != nil && h.Grant().Epoch > c.epoch {
+		return true
+	}
+	sp, ok := k.spent[c.key]
+	return ok && sp.Epoch > c.epoch
+}
+
 // placeWorkLocked starts the goroutine that writes places, unless it runs.
 func (k *keeper) placeWorkLocked(ps placeStore) {
 	if !k.unplacing {
@@ -729,7 +739,8 @@ func (k *keeper) claimed(claims []placeClaim, landed []bool) {
 	defer k.mu.Unlock()
 	for j, c := range claims {
 		switch {
-		case !landed[j]:
+		case !landed[j], k.tookSince(c):
+			// Not written, or void: the key had a grant since (R25).
 		case len(k.queues[c.key]) > 0 && !k.stopped:
 			k.places[c.key] = true
 		default:

@@ -379,3 +379,19 @@ func TestR25HandoffLocal(t *testing.T) {
 		t.Fatalf("bob's grant after the bound %+v; want epoch + 1, PreviousUnclean false", g)
 	}
 }
+
+// TestR25HandoffAfterRelease: a Held given up already reserves nothing.
+func TestR25HandoffAfterRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := NewMemoryDriver()
+		alice, bob := loopStore(t, d, "alice"), loopStore(t, d, "bob")
+		h := mustHold(t, alice, "k")
+		if err := h.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Handoff(t.Context(), "carol"); !errors.Is(err, ErrLost) {
+			t.Fatalf("Handoff after Release = %v; want ErrLost", err)
+		}
+		mustAcquire(t, bob, "k")
+	})
+}

@@ -130,10 +130,12 @@ func waitAll(t *testing.T, s lease.Store) func() []lease.Grant {
 }
 
 // waitersBlocked waits until every Hold has looked once and found its key
-// held: the store has read every key.
+// held, and has taken the key's place (R25): the store has read every key
+// and written a place record for each, and a session for them.
 func waitersBlocked(t *testing.T, c *testkit.TripCounter) {
 	t.Helper()
 	testkit.WaitFor(t, fmt.Sprintf("all %d Holds to look at their keys", manyKeys), func() bool { return c.KeysRead() == manyKeys })
+	testkit.WaitFor(t, fmt.Sprintf("all %d Holds to take their places", manyKeys), func() bool { return c.Peek().Writes >= manyKeys+1 })
 }
 
 // manyStore opens node-b's store on path, counting its round trips.
@@ -164,6 +166,7 @@ func TestManyReleaseAllAcrossProcesses(t *testing.T) {
 	grants := collect()
 	if trips := c.Take().Trips; trips > maxTakeoverTrips {
 		t.Errorf("taking %d released keys cost %d round trips; want a few batches", manyKeys, trips)
+		t.Logf("DEBUG %+v", c.Take())
 	}
 	for _, g := range grants {
 		if g.Epoch != 2 || g.PreviousUnclean || g.Owner != "node-b" {

@@ -316,6 +316,11 @@ func (s *DocumentStore) lockValid(key string) (func(), bool) {
 	return s.locks.tryLock(key)
 }
 
+// placesWithKeys: a look of this many keys or fewer reads their places
+// with them, in one round trip; a larger one reads only the places it
+// needs, in a second one, rather than twice the rows.
+const placesWithKeys = 500
+
 // decideMany reads keys in one round trip and decides each (R4), by its
 // session where its record names one (R20–R22): it answers out[index[j]]
 // for keys that need no write and returns the writes of the rest, after
@@ -324,7 +329,7 @@ func (s *DocumentStore) lockValid(key string) (func(), bool) {
 //
 // Where the store keeps places (R25), it reads the places of the keys it
 // would take, or whose waiters would take their places, with one more
-// round trip (with the key itself for a lone key), decides those by their
+// round trip (or with the keys, for a small look), decides those by their
 // places, and returns the claims on places of waiters that found their
 // keys held.
 func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []string, index []int, out []grantResult, waited []time.Duration) ([]batchWrite, []int, []placeClaim) {
@@ -332,21 +337,27 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 		return nil, nil, nil
 	}
 	read := keys
-	if s.placesOn() && len(keys) == 1 {
-		read = []string{keys[0], placeKey(keys[0])} // a lone Hold: its place in the same round trip
+	if s.placesOn() && len(keys) <= placesWithKeys { // their places in the same round trip
+		read = make([]string, 0, 2*len(keys))
+		read = append(read, keys...)
+		for _, key := range keys {
+			read = append(read, placeKey(key))
+		}
 	}
 	results, err := s.getMany(ctx, br, read)
 	if err == nil && len(results) != len(read) {
 		err = fmt.Errorf("driver answered %d of %d reads", len(results), len(read))
 	}
-	var prefetched []GetResult
+	var prefetched []GetResult // the places read with the keys, by key
 	if err == nil && len(read) > len(keys) {
-		results, prefetched = results[:1], results[1:]
+		results, prefetched = results[:len(keys)], results[len(keys):]
 	}
 	var (
 		dm    = decisions{waited: waited, now: s.now(), out: out}
 		seen  = sessionsSeen{}
 		later []keyDecision // keys whose place decides: read with one more round trip
+		// laterPlaces: their places, when read with the keys
+		laterPlaces []GetResult
 	)
 	for j, key := range keys {
 		i := index[j]
@@ -372,11 +383,14 @@ func (s *DocumentStore) decideMany(ctx context.Context, br BatchReader, keys []s
 		d := s.decideAcquire(kd.view, kd.isMine, dm.now)
 		if s.placesOn() && rec != nil && (d.Err == nil && !d.Reuse || errors.Is(d.Err, ErrHeld) && waitedFor(waited, i) > 0) {
 			later = append(later, kd) // it would take the key, or take its place: the place decides (R25)
+			if prefetched != nil {
+				laterPlaces = append(laterPlaces, prefetched[j])
+			}
 			continue
 		}
 		dm.apply(kd, d, place{})
 	}
-	s.decideByPlaces(ctx, br, later, prefetched, &dm, seen)
+	s.decideByPlaces(ctx, br, later, laterPlaces, &dm, seen)
 	batch, single := s.killFirst(ctx, dm.batch, out)
 	return batch, single, dm.claims
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +23,8 @@ import (
 // for keys kept per key; one guarded UPDATE of one session row
 // (postgresSessionFloorUpdate) for a session. They also report the
 // server's side: the WAL it writes and, when the tests started it, its
-// processes' CPU time.
+// processes' CPU time; and the wire round trips of the store and of the
+// floors (a request a round trip, see countedDB).
 var manyPostgres = manybench.Backend{Name: "postgres", Sizes: manybench.Sizes, Open: openPostgresMany}
 
 // Each benchmark is package manybench's of the same name: see there for
@@ -58,13 +61,22 @@ func postgresSessionFloorUpdate(table string) string {
 
 func openPostgresMany(b *testing.B, n int) manybench.Rig {
 	table := pgserver.FreshTable(b)
-	d := newDriverOn(b, pgserver.SharedDB(b), table)
+	db, wire := countedDB(b)
+	d := newDriverOn(b, db, table)
 	ctx := context.Background()
-	conn, err := pgserver.SharedDB(b).Conn(ctx)
+	// The floors write through a connection of the store's pool, so that
+	// their wire round trips are counted as the store's are; the WAL is
+	// read through one of its own, counted in neither.
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { conn.Close() })
+	walConn, err := pgserver.SharedDB(b).Conn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { walConn.Close() })
 	_, err = conn.ExecContext(ctx, `INSERT INTO `+pgx.Identifier{table}.Sanitize()+
 		` (key, owner, epoch, expires, released, version)
 		SELECT 'floor:' || lpad(i::text, 6, '0'), 'floor', 1, now() + interval '1 minute', false, 1
@@ -86,15 +98,49 @@ func openPostgresMany(b *testing.B, n int) manybench.Rig {
 		return time.Since(start)
 	}
 	return manybench.Rig{Driver: d, TTL: lease.DefaultTTL, Floor: floor,
-		SessionFloor: pgSessionFloor(conn, table), Server: pgServerSide(b, conn), Settle: func() error {
+		SessionFloor: pgSessionFloor(conn, table), Server: pgServerSide(b, walConn), Wire: wire, Settle: func() error {
 			// The whole database, earlier benchmarks' dead rows too; then
 			// the checkpoint that writes out what start-up dirtied.
-			_, err := conn.ExecContext(ctx, `VACUUM (ANALYZE)`)
+			_, err := walConn.ExecContext(ctx, `VACUUM (ANALYZE)`)
 			if err == nil {
-				_, err = conn.ExecContext(ctx, `CHECKPOINT`)
+				_, err = walConn.ExecContext(ctx, `CHECKPOINT`)
 			}
 			return err
 		}}
+}
+
+// countedDB is a pool on the shared server, as pgserver.SharedDB is, that
+// counts its wire round trips: the requests its connections send (pgx
+// sends each request, a statement or a ping, in one write, and waits for
+// its answer before the next). It is closed when b ends.
+func countedDB(b *testing.B) (*sql.DB, func() int) {
+	cfg, err := pgx.ParseConfig(pgserver.SharedURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sent atomic.Int64
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return requestCounter{Conn: c, sent: &sent}, nil
+	}
+	db := stdlib.OpenDB(*cfg)
+	b.Cleanup(func() { db.Close() })
+	return db, func() int { return int(sent.Load()) }
+}
+
+// requestCounter is a connection that counts the writes sent on it.
+type requestCounter struct {
+	net.Conn
+	sent *atomic.Int64
+}
+
+func (c requestCounter) Write(p []byte) (int, error) {
+	c.sent.Add(1)
+	return c.Conn.Write(p)
 }
 
 // pgSessionFloor renews the floor's session row, one statement a call.

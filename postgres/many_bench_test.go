@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,38 +107,18 @@ func openPostgresMany(b *testing.B, n int) manybench.Rig {
 		}}
 }
 
-// countedDB is a pool on the shared server, as pgserver.SharedDB is, that
-// counts its wire round trips: the requests its connections send (pgx
-// sends each request, a statement or a ping, in one write, and waits for
-// its answer before the next). It is closed when b ends.
+// countedDB is a pool on the shared server as Open makes it (openPool),
+// that counts its wire round trips (countRequests). It is closed when b
+// ends.
 func countedDB(b *testing.B) (*sql.DB, func() int) {
 	cfg, err := pgx.ParseConfig(pgserver.SharedURL(b))
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sent atomic.Int64
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return requestCounter{Conn: c, sent: &sent}, nil
-	}
-	db := stdlib.OpenDB(*cfg)
+	sent := countRequests(cfg)
+	db := openPool(cfg, DefaultMaxConns)
 	b.Cleanup(func() { db.Close() })
-	return db, func() int { return int(sent.Load()) }
-}
-
-// requestCounter is a connection that counts the writes sent on it.
-type requestCounter struct {
-	net.Conn
-	sent *atomic.Int64
-}
-
-func (c requestCounter) Write(p []byte) (int, error) {
-	c.sent.Add(1)
-	return c.Conn.Write(p)
+	return db, sent
 }
 
 // pgSessionFloor renews the floor's session row, one statement a call.

@@ -98,8 +98,9 @@ func (c *TripCounter) done() {
 	c.mu.Unlock()
 }
 
-// Pause holds every call that starts from now on until Resume; a call in
-// flight goes on. Calls held are counted (Trips.Held) when they start.
+// Pause holds every call that starts from now on until Resume, whatever
+// its context; a call in flight goes on. Calls held are counted
+// (Trips.Held) when they start.
 func (c *TripCounter) Pause() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -21,7 +21,8 @@ import (
 // for keys kept per key; one guarded UPDATE of one session row
 // (postgresSessionFloorUpdate) for a session. They also report the
 // server's side: the WAL it writes and, when the tests started it, its
-// processes' CPU time.
+// processes' CPU time; and the wire round trips of the store and of the
+// floors (a request a round trip, see countedDB).
 var manyPostgres = manybench.Backend{Name: "postgres", Sizes: manybench.Sizes, Open: openPostgresMany}
 
 // Each benchmark is package manybench's of the same name: see there for
@@ -58,13 +59,22 @@ func postgresSessionFloorUpdate(table string) string {
 
 func openPostgresMany(b *testing.B, n int) manybench.Rig {
 	table := pgserver.FreshTable(b)
-	d := newDriverOn(b, pgserver.SharedDB(b), table)
+	db, wire := countedDB(b)
+	d := newDriverOn(b, db, table)
 	ctx := context.Background()
-	conn, err := pgserver.SharedDB(b).Conn(ctx)
+	// The floors write through a connection of the store's pool, so that
+	// their wire round trips are counted as the store's are; the WAL is
+	// read through one of its own, counted in neither.
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { conn.Close() })
+	walConn, err := pgserver.SharedDB(b).Conn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { walConn.Close() })
 	_, err = conn.ExecContext(ctx, `INSERT INTO `+pgx.Identifier{table}.Sanitize()+
 		` (key, owner, epoch, expires, released, version)
 		SELECT 'floor:' || lpad(i::text, 6, '0'), 'floor', 1, now() + interval '1 minute', false, 1
@@ -86,15 +96,29 @@ func openPostgresMany(b *testing.B, n int) manybench.Rig {
 		return time.Since(start)
 	}
 	return manybench.Rig{Driver: d, TTL: lease.DefaultTTL, Floor: floor,
-		SessionFloor: pgSessionFloor(conn, table), Server: pgServerSide(b, conn), Settle: func() error {
+		SessionFloor: pgSessionFloor(conn, table), Server: pgServerSide(b, walConn), Wire: wire, Settle: func() error {
 			// The whole database, earlier benchmarks' dead rows too; then
 			// the checkpoint that writes out what start-up dirtied.
-			_, err := conn.ExecContext(ctx, `VACUUM (ANALYZE)`)
+			_, err := walConn.ExecContext(ctx, `VACUUM (ANALYZE)`)
 			if err == nil {
-				_, err = conn.ExecContext(ctx, `CHECKPOINT`)
+				_, err = walConn.ExecContext(ctx, `CHECKPOINT`)
 			}
 			return err
 		}}
+}
+
+// countedDB is a pool on the shared server as Open makes it (openPool),
+// that counts its wire round trips (countRequests). It is closed when b
+// ends.
+func countedDB(b *testing.B) (*sql.DB, func() int) {
+	cfg, err := pgx.ParseConfig(pgserver.SharedURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sent := countRequests(cfg)
+	db := openPool(cfg, DefaultMaxConns)
+	b.Cleanup(func() { db.Close() })
+	return db, sent
 }
 
 // pgSessionFloor renews the floor's session row, one statement a call.

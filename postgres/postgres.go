@@ -151,6 +151,12 @@ var (
 // other client: a connection the server refuses ("too many clients")
 // fails that call with a *lease.StorageError, which Hold retries.
 //
+// The pool pings a connection idle for over a second before it reuses it,
+// as pgx does, except for a session's renewal: a store renews once a
+// period, always on an idle connection, in one round trip instead of two.
+// A renewal sent on a connection the server dropped fails, and its store
+// settles it (R9) and tries again.
+//
 // The "table" and "max_conns" query parameters of a postgres:// or
 // postgresql:// URL act as Table and MaxConns do (an option wins) and are
 // not sent to the server.
@@ -183,12 +189,7 @@ func Open(ctx context.Context, url string, opts ...Option) (lease.Driver, error)
 	if err != nil {
 		return nil, parseConfigError(err)
 	}
-	db := stdlib.OpenDB(*pcfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
-		_, err := checkPostgresDurability(ctx, c)
-		return err
-	}))
-	db.SetMaxOpenConns(cfg.maxConns)
-	db.SetMaxIdleConns(cfg.maxConns)
+	db := openPool(pcfg, cfg.maxConns)
 	d, err := newPostgresDriver(ctx, db, cfg)
 	if err != nil {
 		db.Close()
@@ -196,6 +197,20 @@ func Open(ctx context.Context, url string, opts ...Option) (lease.Driver, error)
 	}
 	d.ownsDB = true
 	return d, nil
+}
+
+// openPool is the pool Open makes on pcfg: at most maxConns connections,
+// as many kept idle, each checked as it opens (checkPostgresDurability),
+// and each pinged before it is reused as pgx pings by default, unless the
+// call is a session's renewal (shouldPing).
+func openPool(pcfg *pgx.ConnConfig, maxConns int) *sql.DB {
+	db := stdlib.OpenDB(*pcfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+		_, err := checkPostgresDurability(ctx, c)
+		return err
+	}), stdlib.OptionShouldPing(shouldPing))
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	return db
 }
 
 // NewDriver returns a driver that keeps leases in a table of the

@@ -13,6 +13,7 @@ import (
 	"github.com/leasekit/lease/internal/rules"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // This file holds the PostgreSQL driver's session records (SessionDriver,
@@ -140,6 +141,9 @@ func (d *postgresDriver) PutSession(ctx context.Context, rec lease.SessionRecord
 		unguarded := strings.Replace(d.updateSession, "AND x.version = $2 ", "", 1)
 		row = d.db.QueryRowContext(ctx, unguarded, rec.ID, int64(pre.Version), rec.Owner, rec.ExpiresAt, int16(rec.State))
 	default:
+		if rec.State == lease.SessionLive {
+			ctx = context.WithValue(ctx, renewalKey{}, true) // a renewal: see shouldPing
+		}
 		row = d.db.QueryRowContext(ctx, d.updateSession, rec.ID, int64(pre.Version), rec.Owner, rec.ExpiresAt, int16(rec.State))
 	}
 	var (
@@ -154,6 +158,24 @@ func (d *postgresDriver) PutSession(ctx context.Context, rec lease.SessionRecord
 		return 0, lease.ErrConflict
 	}
 	return nextVersion(pre), nil
+}
+
+// renewalKey marks the context of a session's renewal (PutSession of a
+// live session over its version), for shouldPing.
+type renewalKey struct{}
+
+// shouldPing decides, for the pool Open makes, whether pgx pings a
+// connection before it reuses it: when it was idle for over a second, as
+// pgx does by default, unless the call is a session's renewal. A store
+// renews its session once a period, a third of its TTL, so every renewal
+// finds its connection idle (10 s at the default TTL) and would cost two
+// round trips where its statement needs one. A renewal sent on a
+// connection that the server has dropped (a restart, a failover) fails
+// before it is sent, and database/sql tries another connection, or fails
+// with its outcome unknown, which the store settles by reading the
+// session back (R9) and retries before the session's deadline.
+func shouldPing(ctx context.Context, p stdlib.ShouldPingParams) bool {
+	return p.IdleDuration > time.Second && ctx.Value(renewalKey{}) == nil
 }
 
 // checkSessionWrite refuses, before the server sees it, a session record

@@ -54,9 +54,11 @@ type Rig struct {
 	// Chunk, when set, is how many writes the driver sends a real server in
 	// one command: the computed chunked-roundtrips/op assume it (MongoDB).
 	Chunk int
-	// Wire, when set, is how many data commands a proxy between the driver
-	// and its server has forwarded (each one round trip); Relays how many
-	// goroutines that proxy runs (MongoDB's test proxy).
+	// Wire, when set, is how many requests the driver and the floors have
+	// sent their server, each one round trip: the data commands a proxy
+	// between them forwarded (MongoDB's test proxy), or the writes of
+	// their connections (PostgreSQL). Relays is how many goroutines that
+	// proxy runs.
 	Wire, Relays func() int
 	// Server, when set, reads the database server's own costs.
 	Server *Server

@@ -24,8 +24,9 @@ type TripCounter struct {
 	counts      Trips
 	read        map[string]struct{} // keys read since the last Take
 	inFlight    int
-	busySince   time.Time // when inFlight last went from 0 to 1
-	first, last time.Time // the start of the first call and the end of the last since the last Take
+	paused      chan struct{} // non-nil while paused: closed by Resume
+	busySince   time.Time     // when inFlight last went from 0 to 1
+	first, last time.Time     // the start of the first call and the end of the last since the last Take
 }
 
 var (
@@ -43,6 +44,7 @@ type Trips struct {
 	Session int           // of which session records, by PutSession
 	Kills   int           // of which a session ended unclean: a taker's kill (R21)
 	Chunked int           // round trips of a server taking Chunk keys a command (0 when Chunk is 0)
+	Held    int           // calls that waited for a Resume before they started
 	Span    time.Duration // from the start of the first call to the end of the last
 	Busy    time.Duration // of which some call was in flight (Span less the gaps between calls)
 }
@@ -50,13 +52,22 @@ type Trips struct {
 // Plus adds u to t.
 func (t Trips) Plus(u Trips) Trips {
 	return Trips{t.Trips + u.Trips, t.Reads + u.Reads, t.Writes + u.Writes, t.Session + u.Session, t.Kills + u.Kills,
-		t.Chunked + u.Chunked, t.Span + u.Span, t.Busy + u.Busy}
+		t.Chunked + u.Chunked, t.Held + u.Held, t.Span + u.Span, t.Busy + u.Busy}
 }
 
-// start counts one call of items keys or writes, trips round trips.
+// start counts one call of items keys or writes, trips round trips,
+// once the counter is not paused.
 func (c *TripCounter) start(trips, items int, keys ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.paused != nil {
+		for p := c.paused; p != nil; p = c.paused {
+			c.mu.Unlock()
+			<-p
+			c.mu.Lock()
+		}
+		c.counts.Held++
+	}
 	c.counts.Trips += trips
 	if c.Chunk > 0 {
 		c.counts.Chunked += max(1, (items+c.Chunk-1)/c.Chunk) * trips
@@ -87,6 +98,27 @@ func (c *TripCounter) done() {
 		c.counts.Busy += c.last.Sub(c.busySince)
 	}
 	c.mu.Unlock()
+}
+
+// Pause holds every call that starts from now on until Resume, whatever
+// its context; a call in flight goes on. Calls held are counted
+// (Trips.Held) when they start.
+func (c *TripCounter) Pause() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.paused == nil {
+		c.paused = make(chan struct{})
+	}
+}
+
+// Resume lets the calls that Pause held start.
+func (c *TripCounter) Resume() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.paused != nil {
+		close(c.paused)
+		c.paused = nil
+	}
 }
 
 // wrote counts n records written.

@@ -70,3 +70,7 @@ func (d *serverClockMemory) List(ctx context.Context, prefix, after string, limi
 	defer ReportServerTime(ctx, d.server())
 	return d.memoryDriver.List(ctx, prefix, after, limit)
 }
+
+// RoundTrips is how many flock operations and durable writes the local
+// store has made, for the benchmarks of package lease_test.
+func (s *LocalStore) RoundTrips() int64 { return int64(s.roundTrips.Load()) }

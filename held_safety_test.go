@@ -495,6 +495,28 @@ func TestConcurrentHoldsCoalesce(t *testing.T) {
 	})
 }
 
+// TestHoldAloneLooksAtOnce: a Hold with no other Hold to share its look
+// looks at once, however soon after the store's previous Hold: a worker
+// holding one key after another never waits for company (the gathering
+// window is for Holds that come together). The bubble's clock counts any
+// wait.
+func TestHoldAloneLooksAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newCountingDriver()
+		s := loopStore(t, d, "alice")
+		for i := range 10 {
+			start := time.Now()
+			h := mustHold(t, s, fmt.Sprintf("job/%d", i%3))
+			if err := h.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if waited := time.Since(start); waited != 0 {
+				t.Fatalf("Hold %d right after the one before waited %v; want no wait", i, waited)
+			}
+		}
+	})
+}
+
 // TestR17LeftWaiterGivesBackAtOnce: on a store that acquires one key at
 // a time, a look whose keys are answered one by one gives back the grant
 // of a waiter that left as soon as that grant is answered, not when the

@@ -55,7 +55,7 @@ type keeper struct {
 	ttlSeen    time.Duration                   // the least TTL grants measured, for a store that states none (measureLocked)
 	looking    bool                            // a look call is in flight
 	ownLooks   int                             // looks of one key in flight beside it, for FailIfHeld (lookNowLocked)
-	lastHold   time.Time                       // when the store's last Hold that may gather came
+	lastHold   *waiter                         // the store's last Hold of one key, which a Hold soon after may gather with
 	running    bool                            // the loop goroutine is running
 	stopped    bool                            // the store closed: no more Helds or waits
 	users      int                             // callers between keeperFor and unuse (foreign keepers)
@@ -322,8 +322,13 @@ func (q quoted) Unwrap() error { return q.err }
 // cannot batch.
 const unbatchedCalls = 16
 
-// eachAtOnce runs call(i) for i in [0, n), a few at once.
+// eachAtOnce runs call(i) for i in [0, n), a few at once; one call runs
+// on the caller's goroutine, without a hand-off to another.
 func eachAtOnce(n int, call func(i int)) {
+	if n == 1 {
+		call(0)
+		return
+	}
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range min(unbatchedCalls, n) {

@@ -40,10 +40,12 @@ type waiter struct {
 
 // gatherWindow is how long a Hold's first look waits for other Holds to
 // share its storage call, so that concurrent Holds coalesce into a few
-// batched looks instead of one call each. Only a Hold that comes within
-// gatherWindow of the store's previous Hold waits: a Hold that comes
-// alone looks at once (the first of a burst too; the rest gather behind
-// it). HoldEach's keys, and FailIfHeld Holds, look at once.
+// batched looks instead of one call each. Only a Hold that finds company
+// waits (gathers, hasCompanyLocked). A Hold that comes alone looks at
+// once, however soon after the store's previous Hold: a worker holding
+// one key after another never waits (the first Hold of a burst neither;
+// the rest gather behind it). HoldEach's keys, and FailIfHeld Holds, look
+// at once.
 const gatherWindow = time.Millisecond
 
 // enqueue makes a waiter for each key, answering on ch, and returns the
@@ -55,10 +57,7 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 	defer k.mu.Unlock()
 	ws := make([]*waiter, 0, len(keys))
 	now := time.Now()
-	gather := len(keys) == 1 && !cfg.failIfHeld
-	if gather { // only a Hold that comes within gatherWindow of another gathers
-		gather, k.lastHold = now.Sub(k.lastHold) < gatherWindow, now
-	}
+	gather := len(keys) == 1 && !cfg.failIfHeld && k.hasCompanyLocked(now)
 	for _, key := range keys {
 		if k.stopped {
 			ch <- HoldResult{Key: key, Err: ErrClosed}
@@ -80,6 +79,9 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 			continue
 		}
 		w := &waiter{key: key, cfg: cfg, ctx: ctx, ch: ch, backoff: holdMinBackoff, started: now, due: now, gather: gather}
+		if len(keys) == 1 {
+			k.lastHold = w
+		}
 		k.queues[key] = append(k.queues[key], w)
 		k.promoteLocked(key, now)
 		if cfg.failIfHeld {
@@ -88,10 +90,27 @@ func (k *keeper) enqueue(ctx context.Context, cfg holdConfig, keys []string, ch 
 		ws = append(ws, w)
 	}
 	if len(ws) > 0 {
+		k.startLookLocked(now) // a look due now starts here, not a hand-off later in the loop
 		k.startLocked()
 		k.poke()
 	}
 	return ws
+}
+
+// hasCompanyLocked reports whether a Hold that comes now has other Holds
+// to gather with: a look is in flight or due within gatherWindow, or the
+// store's previous Hold came within gatherWindow and still waits or holds
+// its key. A Hold that follows one its caller already released (a worker
+// holding one key after another) has none.
+func (k *keeper) hasCompanyLocked(now time.Time) bool {
+	if k.looking {
+		return true
+	}
+	if w, ok := k.looks.First(); ok && w.due.Sub(now) < gatherWindow {
+		return true
+	}
+	prev := k.lastHold
+	return prev != nil && now.Sub(prev.started) < gatherWindow && (!prev.done || k.helds[prev.key] != nil)
 }
 
 // promoteLocked lets the first waiter of key look, if the key has no live

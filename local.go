@@ -49,7 +49,7 @@ type LocalStore struct {
 
 	mu      sync.Mutex            // guards the fields below
 	held    map[string]*localLock // the keys whose flock this instance holds
-	watch   *localfs.Watch        // the release watch, while any key is watched
+	watch   *localfs.Watch        // the release watch, while any key is watched and for a while after (watchLocked)
 	watched map[string]int        // watchRelease calls in force, per key
 	spare   map[string]*os.File   // a watched key's descriptor, kept between tries
 	done    bool                  // Close has begun
@@ -60,6 +60,7 @@ type LocalStore struct {
 	flocks localfs.Flocks // how /proc/locks names the root's device (Linux)
 
 	roundTrips atomic.Uint64 // flock operations and durable writes; read by benchmarks
+	watchIdle  time.Duration // how long the watch runs on with nothing to watch: localWatchIdle, less in tests
 }
 
 var _ Store = (*LocalStore)(nil)
@@ -112,6 +113,8 @@ func NewLocalStore(root string, opts ...Option) (*LocalStore, error) {
 		held:    make(map[string]*localLock),
 		watched: make(map[string]int),
 		spare:   make(map[string]*os.File),
+
+		watchIdle: localWatchIdle,
 	}
 	s.losses.settle = s.settleLoss
 	return s, nil

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/leasekit/lease/internal/localfs"
 )
 
 // awaitLost waits for h's context to end and checks that its cause is a
@@ -77,6 +79,7 @@ func TestLocalHeldEndsWhenLockFileGoes(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "root")
 			baseFDs := inotifyFDs(t)
 			a := newLocal(t, root, WithOwner("a"))
+			a.watchIdle = time.Millisecond
 			var hs []*Held
 			for _, key := range c.keys {
 				hs = append(hs, mustHold(t, a, key))
@@ -101,9 +104,7 @@ func TestLocalHeldEndsWhenLockFileGoes(t *testing.T) {
 			if n := openFDs(t, root); n != 1 { // b's
 				t.Fatalf("%d descriptors open under the root; want 1: a gave up its flocks", n)
 			}
-			if n := inotifyFDs(t); n != baseFDs {
-				t.Fatalf("%d inotify descriptors once a holds nothing; want %d", n, baseFDs)
-			}
+			awaitInotifyFDs(t, baseFDs, "once a holds nothing")
 		})
 	}
 }
@@ -111,14 +112,15 @@ func TestLocalHeldEndsWhenLockFileGoes(t *testing.T) {
 // TestLocalHeldWatchNoFalseLoss: the store's own writes (acquire, release,
 // new lock files), other stores' cycles on other keys, refused tries and a
 // new store's probe of the root end no unrelated Held. The watch is one
-// inotify instance per store, only while it holds a key through Hold, and
-// Close ends it.
+// inotify instance per store, only while it holds a key through Hold (and
+// for its watchIdle after), and Close ends it.
 func TestLocalHeldWatchNoFalseLoss(t *testing.T) {
 	ctx := t.Context()
 	root := t.TempDir()
 	baseFDs := inotifyFDs(t)
 	a := newLocal(t, root, WithOwner("a"))
 	b := newLocal(t, root, WithOwner("b"))
+	a.watchIdle, b.watchIdle = time.Millisecond, time.Millisecond
 	mustAcquire(t, a, "bare") // a bare grant: nothing to watch
 	if n := inotifyFDs(t); n != baseFDs {
 		t.Fatalf("%d inotify descriptors with no Held; want %d", n, baseFDs)
@@ -164,17 +166,13 @@ func TestLocalHeldWatchNoFalseLoss(t *testing.T) {
 			t.Fatalf("Confirm of %q = %v", h.Grant().Key, err)
 		}
 	}
-	if n := inotifyFDs(t); n != baseFDs+1 {
-		t.Fatalf("%d inotify descriptors; want %d (one for a, none for b)", n, baseFDs+1)
-	}
+	awaitInotifyFDs(t, baseFDs+1, "once b holds nothing (one for a, none for b)")
 	for _, h := range kept {
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := inotifyFDs(t); n != baseFDs {
-		t.Fatalf("%d inotify descriptors once a's Helds are released; want %d", n, baseFDs)
-	}
+	awaitInotifyFDs(t, baseFDs, "once a's Helds are released")
 	h := mustHold(t, a, "k1")
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -185,4 +183,48 @@ func TestLocalHeldWatchNoFalseLoss(t *testing.T) {
 	if n := inotifyFDs(t); n != baseFDs {
 		t.Fatalf("%d inotify descriptors after Close; want %d", n, baseFDs)
 	}
+}
+
+// TestLocalWatchKeptBetweenHolds: a store holding one key after another
+// keeps its one watch (one inotify instance) from each Release to the next
+// Hold, rather than closing it at each Release (which costs the Release a
+// wait in the kernel) and starting another. Once it has watched nothing
+// for its watchIdle the watch ends, and the next Hold is watched by a new
+// one: its Held ends when its lock file goes.
+func TestLocalWatchKeptBetweenHolds(t *testing.T) {
+	ctx := t.Context()
+	baseFDs := inotifyFDs(t)
+	s := newLocal(t, t.TempDir(), WithOwner("a"))
+	watch := func() *localfs.Watch {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.watch
+	}
+	var first *localfs.Watch
+	for i := range 5 {
+		h := mustHold(t, s, "job")
+		if i == 0 {
+			first = watch()
+		} else if w := watch(); w != first {
+			t.Fatalf("Hold %d is watched by another watch than the first Hold; want the first kept", i)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := inotifyFDs(t); n != baseFDs+1 {
+			t.Fatalf("%d inotify descriptors after Release %d; want %d, the watch kept", n, i, baseFDs+1)
+		}
+	}
+
+	idle := newLocal(t, t.TempDir(), WithOwner("b"))
+	idle.watchIdle = time.Millisecond
+	if err := mustHold(t, idle, "job").Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitInotifyFDs(t, baseFDs+1, "once b's watch was idle for its watchIdle (a's is kept)")
+	h := mustHold(t, idle, "job")
+	if err := os.Remove(idle.lockPath("job")); err != nil {
+		t.Fatal(err)
+	}
+	awaitLost(t, h, "its lock file was removed, watched by a new watch")
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/leasekit/lease/internal/localfs"
 )
@@ -40,16 +41,12 @@ func (s *LocalStore) watchRelease(key string, wake func()) (stop func(), err err
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if s.watch == nil {
-		w, err := localfs.StartWatch(s.root)
-		if err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
-		s.watch = w
+	var e *localfs.Waiter
+	w, err := s.watchLocked(func(w *localfs.Watch) bool { e = w.Add(name, wake); return e != nil })
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
 	}
-	w := s.watch
-	e := w.Add(name, wake)
 	s.watched[key]++
 	s.mu.Unlock()
 	w.CheckRoot() // the caller's next try must look where the watch does
@@ -58,15 +55,15 @@ func (s *LocalStore) watchRelease(key string, wake func()) (stop func(), err err
 }
 
 // unwatch ends one watchRelease: it drops the key's kept descriptor once
-// nobody watches the key, and the inotify instance once nobody watches
-// anything.
+// nobody watches the key. The watch stops itself once it has watched
+// nothing for a while (watchLocked).
 func (s *LocalStore) unwatch(key string, w *localfs.Watch, name string, e *localfs.Waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.watch != w { // Close ended the watch already
 		return
 	}
-	empty := w.Remove(name, e)
+	w.Remove(name, e)
 	if s.watched[key]--; s.watched[key] <= 0 {
 		delete(s.watched, key)
 		if f := s.spare[key]; f != nil {
@@ -74,9 +71,33 @@ func (s *LocalStore) unwatch(key string, w *localfs.Watch, name string, e *local
 			f.Close()
 		}
 	}
-	if empty {
+}
+
+// localWatchIdle is how long the store's watch runs on with nothing to
+// watch before it stops itself: a store that holds or waits for one key
+// after another keeps one inotify instance, where closing one and
+// starting another each time would cost every Release of a Held a wait
+// in the kernel, longer than the rest of the Release on a fast disk.
+const localWatchIdle = 5 * time.Second
+
+// watchLocked registers with the store's watch through add, which
+// reports false when the watch has stopped (it stopped itself, idle),
+// starting a watch when none runs or the last one stopped. It returns the
+// watch add registered with. s.mu must be held.
+func (s *LocalStore) watchLocked(add func(w *localfs.Watch) bool) (*localfs.Watch, error) {
+	for {
+		if s.watch == nil {
+			w, err := localfs.StartWatch(s.root, s.watchIdle)
+			if err != nil {
+				return nil, err
+			}
+			s.watch = w
+		}
+		if w := s.watch; add(w) {
+			return w, nil
+		}
+		s.watch.Stop() // its reader is returning; it never takes s.mu
 		s.watch = nil
-		w.Stop() // the reader never takes s.mu, so waiting for it here is safe
 	}
 }
 
@@ -123,9 +144,10 @@ func (s *LocalStore) keepSpare(key string, f *os.File) {
 // new file at the path and hold the key at the same time. The keeper calls it when it makes the Held of g, with
 // its mu held, before the Held is handed out; so it neither waits for the
 // keeper nor for the watch's reader. The watch starts with the first
-// watched key and stops when the store gives up the last flock it watches
-// (unwatchHeldLocked) or closes: one inotify instance per store, whatever
-// the number of keys.
+// watched key and stops localWatchIdle after the store gave up the last
+// flock it watches (unwatchHeldLocked) and stopped waiting for any key, or
+// when it closes: one inotify instance per store, whatever the number of
+// keys.
 //
 // Where the store cannot watch (not Linux, or no inotify instance left),
 // nothing ends the Held at once: the next Renew, Confirm or Release of g
@@ -140,26 +162,20 @@ func (s *LocalStore) watchHeld(g Grant) {
 		s.mu.Unlock()
 		return // given up already, or watched
 	}
-	if s.watch == nil {
-		w, err := localfs.StartWatch(s.root)
-		if err != nil {
-			s.mu.Unlock()
-			s.unwatchedOnce.Do(func() {
-				s.cfg.logger.Warn("lease: cannot watch lock files; a Held whose lock file is replaced ends at its next Confirm or Release",
-					"root", s.root, "err", err)
-			})
-			return
-		}
-		s.watch = w
-	}
 	check := func() {
 		if !s.stillLinked(g.Key, h) {
 			s.losses.add(heldLoss{g: g, h: h})
 		}
 	}
-	w := s.watch
-	h.watch = w.AddHeld(lockName(g.Key), check)
+	w, err := s.watchLocked(func(w *localfs.Watch) bool { h.watch = w.AddHeld(lockName(g.Key), check); return h.watch != nil })
 	s.mu.Unlock()
+	if err != nil {
+		s.unwatchedOnce.Do(func() {
+			s.cfg.logger.Warn("lease: cannot watch lock files; a Held whose lock file is replaced ends at its next Confirm or Release",
+				"root", s.root, "err", err)
+		})
+		return
+	}
 	// The root's path may name another directory than the watched one
 	// (a symlink or a directory above the root changed, raising no event
 	// on it): follow it first, so that the check below and every later
@@ -169,19 +185,15 @@ func (s *LocalStore) watchHeld(g Grant) {
 	check() // the file may have gone before the watch began
 }
 
-// unwatchHeldLocked ends h's watchHeld, and the watch once nothing is
-// left to watch. s.mu must be held; the watch's reader never takes it.
+// unwatchHeldLocked ends h's watchHeld. The watch stops itself once it
+// has watched nothing for a while (watchLocked). s.mu must be held.
 func (s *LocalStore) unwatchHeldLocked(key string, h *localLock) {
 	w := s.watch
 	if h.watch == nil || w == nil { // not watched, or Close ended the watch
 		return
 	}
-	empty := w.RemoveHeld(lockName(key), h.watch)
+	w.RemoveHeld(lockName(key), h.watch)
 	h.watch = nil
-	if empty {
-		s.watch = nil
-		w.Stop()
-	}
 }
 
 // heldLoss is a held flock whose lock file the watch found replaced.

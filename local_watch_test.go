@@ -12,6 +12,24 @@ import (
 	"time"
 )
 
+// awaitInotifyFDs waits until this process has want inotify descriptors:
+// a store's watch that has nothing left to watch ends after the store's
+// watchIdle, which the tests that wait for it set short.
+func awaitInotifyFDs(t *testing.T, want int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second) // a guard, not a wait for time
+	for {
+		n := inotifyFDs(t)
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d inotify descriptors %s; want %d", n, what, want)
+		}
+		time.Sleep(time.Millisecond) // polls a count
+	}
+}
+
 // inotifyFDs counts this process's inotify descriptors.
 func inotifyFDs(t *testing.T) int {
 	t.Helper()
@@ -58,7 +76,7 @@ func (w *wakeCounter) await(t *testing.T, what string) {
 // kernel, without polling: the test's waiting loop tries Acquire only when
 // woken. Its own refused tries, and anyone's reads, wake nobody, so it does
 // not spin while the holder holds on. The watch's goroutine and inotify
-// descriptor end when the last watch stops.
+// descriptor end once nothing has been watched for the store's watchIdle.
 func TestLocalWatchRelease(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -69,6 +87,7 @@ func TestLocalWatchRelease(t *testing.T) {
 	}
 	baseFDs := inotifyFDs(t)
 	s := newLocal(t, root, WithOwner("waiter"))
+	s.watchIdle = time.Millisecond
 	w := newWaiter()
 	stop, err := s.watchRelease(procKey, w.wake)
 	if err != nil {
@@ -135,9 +154,7 @@ func TestLocalWatchRelease(t *testing.T) {
 
 	stop()
 	stopSentinel()
-	if n := inotifyFDs(t); n != baseFDs {
-		t.Fatalf("%d inotify descriptors after the last watch stopped; want %d", n, baseFDs)
-	}
+	awaitInotifyFDs(t, baseFDs, "after the last watch stopped")
 	if n := openFDs(t, root); n != 1 { // the key s now holds
 		t.Fatalf("%d descriptors open under the root; want 1 (the held key)", n)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/internal/pgserver"
+	"github.com/leasekit/lease/internal/testkit"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -239,4 +240,18 @@ func benchPairCounted(b *testing.B, trips func() int64, store, floor func(i int)
 	b.ReportMetric(float64(storeTime)/float64(floorTime), "ratio")
 	b.ReportMetric(float64(storeTrips)/n, "roundtrips/op")
 	b.ReportMetric(float64(floorTrips)/n, "floor-roundtrips/op")
+}
+
+// BenchmarkHoldUncontended measures an uncontended Hold and its Release
+// in a loop beside a bare Acquire and Release on the same store, in the
+// same run (testkit.HoldUncontended). Round trips are the statements the
+// pool sends, session writes included.
+func BenchmarkHoldUncontended(b *testing.B) {
+	_, d, _, trips := countedDriver(b)
+	s, err := lease.NewDocumentStore(d, lease.WithOwner("bench"), lease.WithTTL(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	testkit.HoldUncontended(b, s, trips.n.Load)
 }

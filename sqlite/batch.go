@@ -112,13 +112,19 @@ func (d *sqliteDriver) GetMany(ctx context.Context, keys []string) ([]lease.GetR
 		for i, k := range chunk {
 			args[i] = k
 		}
-		query := fmt.Sprintf(sqliteRowsIn, strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ","))
+		var stmt *sql.Stmt // prepared for one key (a lone Hold's look); a longer query is prepared as it runs
+		query := ""
+		if len(chunk) == 1 {
+			stmt = d.getOne
+		} else {
+			query = fmt.Sprintf(sqliteRowsIn, strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ","))
+		}
 		err := d.eachRow(ctx, func(key string, rec lease.Record, version uint64, err error) error {
 			for _, i := range at[key] {
 				results[i] = lease.GetResult{Rec: rec, Version: version, Err: err}
 			}
 			return nil
-		}, nil, query, args...)
+		}, stmt, query, args...)
 		if err != nil {
 			return nil, d.fail("get many", chunk[0], err)
 		}

@@ -264,7 +264,8 @@ func (c *endingContext) asked() int {
 // TestSQLiteGetMany: each key is answered as Get would answer it: its
 // record and version, ErrNotFound, or ErrCorrupt for a row that does not
 // parse, without changing the other keys' answers (R10, R12); also
-// across query chunks and for a key asked twice.
+// across query chunks, for a key asked twice, and for one key asked alone
+// (a statement of its own: a lone Hold's look).
 func TestSQLiteGetMany(t *testing.T) {
 	d, exec := sqliteBatch(t)
 	exp := time.UnixMilli(1_800_000_000_000).UTC()
@@ -280,6 +281,13 @@ func TestSQLiteGetMany(t *testing.T) {
 	results, err := d.GetMany(ctxBG, ask)
 	if err != nil || len(results) != len(ask) {
 		t.Fatalf("GetMany: %d results, %v", len(results), err)
+	}
+	for _, key := range []string{"nope", "g0001", "g0000", keys[sqliteBatchChunk]} {
+		alone, err := d.GetMany(ctxBG, []string{key})
+		if err != nil || len(alone) != 1 {
+			t.Fatalf("GetMany of %s alone: %d results, %v", key, len(alone), err)
+		}
+		ask, results = append(ask, key), append(results, alone[0])
 	}
 	for i, r := range results {
 		key := ask[i]

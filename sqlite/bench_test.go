@@ -189,3 +189,17 @@ func (f *rawFloor) run(b *testing.B, stmts string) time.Duration {
 	}
 	return time.Since(start)
 }
+
+// BenchmarkHoldUncontended measures an uncontended Hold and its Release
+// in a loop beside a bare Acquire and Release on the same store over a
+// file database, in the same run (testkit.HoldUncontended). Round trips
+// are the driver's calls, batched or not, session writes included.
+func BenchmarkHoldUncontended(b *testing.B) {
+	c := &testkit.TripCounter{Driver: openSQLiteAt(b, filepath.Join(b.TempDir(), "leases.db"))}
+	s, err := lease.NewDocumentStore(c, lease.WithOwner("bench"), lease.WithTTL(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	testkit.HoldUncontended(b, s, c.Trips)
+}

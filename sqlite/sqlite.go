@@ -207,6 +207,7 @@ type sqliteDriver struct {
 	rdb     *sql.DB // the readers: up to sqliteReadConns query_only connections
 	path    string
 	get     *sql.Stmt
+	getOne  *sql.Stmt // GetMany of one key (sqliteRowsIn with one key): a lone Hold's look
 	insert  *sql.Stmt
 	update  *sql.Stmt
 	list    *sql.Stmt
@@ -239,7 +240,7 @@ func (d *sqliteDriver) setup(ctx context.Context) error {
 		query string
 		db    *sql.DB
 	}{
-		{&d.get, sqliteGet, d.rdb}, {&d.insert, sqliteInsert, d.db}, {&d.update, sqliteUpdate, d.db}, {&d.list, sqliteList, d.rdb},
+		{&d.get, sqliteGet, d.rdb}, {&d.getOne, fmt.Sprintf(sqliteRowsIn, "?"), d.rdb}, {&d.insert, sqliteInsert, d.db}, {&d.update, sqliteUpdate, d.db}, {&d.list, sqliteList, d.rdb},
 		{&d.getSess, sqliteGetSession, d.rdb}, {&d.putSess, sqliteInsertSession, d.db}, {&d.updSess, sqliteUpdateSession, d.db},
 		{&d.rmSess, sqliteRemoveSessions, d.db},
 	} {
@@ -470,7 +471,7 @@ func (d *sqliteDriver) Close() error {
 // closeAll closes the statements and both pools.
 func (d *sqliteDriver) closeAll() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{d.get, d.insert, d.update, d.list, d.getSess, d.putSess, d.updSess, d.rmSess} {
+	for _, s := range []*sql.Stmt{d.get, d.getOne, d.insert, d.update, d.list, d.getSess, d.putSess, d.updSess, d.rmSess} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}

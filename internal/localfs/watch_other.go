@@ -2,7 +2,10 @@
 
 package localfs
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // WatchSupported tells that watching lock files needs Linux inotify.
 const WatchSupported = false
@@ -14,7 +17,7 @@ type Watch struct{}
 type Waiter struct{}
 
 // StartWatch fails: poll instead.
-func StartWatch(root string) (*Watch, error) {
+func StartWatch(root string, idle time.Duration) (*Watch, error) {
 	return nil, errors.New("lease: watching lock files needs Linux (inotify); poll instead")
 }
 
@@ -22,7 +25,7 @@ func StartWatch(root string) (*Watch, error) {
 func (w *Watch) Add(name string, wake func()) *Waiter { return nil }
 
 // Remove does nothing.
-func (w *Watch) Remove(name string, e *Waiter) bool { return true }
+func (w *Watch) Remove(name string, e *Waiter) {}
 
 // CheckRoot does nothing.
 func (w *Watch) CheckRoot() {}
@@ -37,4 +40,4 @@ type HeldCheck struct{}
 func (w *Watch) AddHeld(name string, check func()) *HeldCheck { return nil }
 
 // RemoveHeld does nothing.
-func (w *Watch) RemoveHeld(name string, e *HeldCheck) bool { return true }
+func (w *Watch) RemoveHeld(name string, e *HeldCheck) {}

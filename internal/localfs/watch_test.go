@@ -68,7 +68,7 @@ func await(t *testing.T, c chan struct{}, what string) {
 func TestWatchCheckRootFollowsPath(t *testing.T) {
 	withRootCheck(t, time.Hour)
 	root, swap := symlinkedRoot(t)
-	w, err := StartWatch(root)
+	w, err := StartWatch(root, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestWatchCheckRootFollowsPath(t *testing.T) {
 func TestWatchLooksAtRootPath(t *testing.T) {
 	withRootCheck(t, 10*time.Millisecond)
 	root, swap := symlinkedRoot(t)
-	w, err := StartWatch(root)
+	w, err := StartWatch(root, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestWatchStopLeavesNothingRunning(t *testing.T) {
 		if err := os.Mkdir(root, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		w, err := StartWatch(root)
+		w, err := StartWatch(root, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,5 +159,58 @@ func awaitNoWatchGoroutine(t *testing.T) {
 			t.Fatalf("a goroutine of the watch runs after Stop:\n%s", stacks)
 		}
 		runtime.Gosched() // polls a state
+	}
+}
+
+// TestWatchStopsItselfWhenIdle: a watch runs while anything is registered
+// (each kind alone), however long after its idle time began; once nothing
+// has been for its idle time, it stops itself: its goroutine ends, Add and
+// AddHeld return nil (the store then starts another watch), and Stop
+// still returns.
+func TestWatchStopsItselfWhenIdle(t *testing.T) {
+	const idle = time.Millisecond
+	root := t.TempDir()
+	w, err := StartWatch(root, idle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	wake, woken := counted()
+	check, checked := counted()
+	name := filepath.Join(root, "x")
+	for _, register := range []func() func(){
+		func() func() { e := w.Add("x", wake); return func() { w.Remove("x", e) } },
+		func() func() { e := w.AddHeld("x", check); return func() { w.RemoveHeld("x", e) } },
+	} {
+		remove := register()
+		// Events keep coming until well past the idle time: the watch
+		// still sees each one while something is registered.
+		for start := time.Now(); time.Since(start) < 20*idle; {
+			if err := os.WriteFile(name, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-woken:
+			case <-checked:
+			case <-time.After(20 * time.Second): // a guard against a lost event, not a wait for time
+				t.Fatal("the watch saw no event while something was registered")
+			}
+			os.Remove(name)
+			drain(woken, checked)
+		}
+		remove()
+	}
+	awaitNoWatchGoroutine(t)
+	if w.Add("y", wake) != nil || w.AddHeld("y", check) != nil {
+		t.Fatal("a watch that stopped itself took a registration")
+	}
+}
+
+// drain empties the channels of counted checks.
+func drain(cs ...chan struct{}) {
+	for _, c := range cs {
+		for len(c) > 0 {
+			<-c
+		}
 	}
 }

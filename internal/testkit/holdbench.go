@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -15,91 +16,114 @@ import (
 // the batching meant for crowds, so the floor is what a Hold cannot beat.
 // trips counts the storage round trips s has made so far.
 //
-// Each iteration runs one cycle of each, the order alternating, so that
-// half the Holds come right after the previous Hold (a worker holding one
-// key after another) and half after a floor cycle, and the store's drift
-// (a disk's fsync times, a server's load) hits both alike. It reports:
+// Beside it runs a second floor, the same Acquire and Release under a
+// context with a deadline, as most callers' are and as a Hold's own look
+// is (it is bounded, and ends when the store closes): database/sql and
+// the SQL drivers watch such a context during each call, at a cost of
+// their own.
 //
-//	ns/op                Hold + Release
-//	floor-ns/op          Acquire + Release
-//	ratio                ns/op over floor-ns/op
-//	roundtrips/op        the Hold cycle's storage round trips
-//	floor-roundtrips/op  the floor's
-//	p50-ns/op, floor-p50-ns/op, p50-ratio  the same by the median cycle,
-//	                     which a few stalls of a shared disk do not move
+// Each iteration runs one cycle of each, in turn forwards and backwards,
+// so that half the Holds come right after the previous Hold (a worker
+// holding one key after another) and the store's drift (a disk's fsync
+// times, a server's load) hits all three alike. It reports, for the Hold
+// cycle (no prefix), the floor ("floor-") and the floor under a deadline
+// ("ctx-floor-"):
+//
+//	ns/op, roundtrips/op  the mean time and storage round trips of a cycle
+//	p50-ns/op             the median cycle, which a few stalls of a shared disk do not move
+//	ratio, p50-ratio      the Hold cycle's time over the floor's, by mean and by median
+//	ctx-ratio, ctx-p50-ratio  the same over the floor under a deadline
 //
 // One untimed cycle of each comes first: a session's start, a statement's
 // preparation, files laid out, once per store.
 func HoldUncontended(b *testing.B, s lease.Store, trips func() int64) {
 	b.Helper()
-	ctx := context.Background()
-	hold := func() error {
+	hold := func(ctx context.Context) error {
 		h, err := lease.Hold(ctx, s, "hold")
 		if err != nil {
 			return err
 		}
 		return h.Release(ctx)
 	}
-	floor := func() error {
+	floor := func(ctx context.Context) error {
 		g, err := s.Acquire(ctx, "floor")
 		if err != nil {
 			return err
 		}
 		return s.Release(ctx, g)
 	}
-	for _, op := range []func() error{hold, floor} {
-		if err := op(); err != nil {
-			b.Fatal(err)
-		}
+	ops := []*cycles{
+		{name: "", run: hold},
+		{name: "floor-", run: floor},
+		{name: "ctx-floor-", run: floor, deadline: true},
 	}
-	var holdTimes, floorTimes []time.Duration
-	var holdTrips, floorTrips int64
-	timed := func(op func() error, ds *[]time.Duration, n *int64) {
-		before := trips()
-		start := time.Now()
-		err := op()
-		*ds = append(*ds, time.Since(start))
-		*n += trips() - before
-		if err != nil {
+	for _, op := range ops {
+		if err := op.run(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 	}
 	i := 0
 	for b.Loop() {
-		if i%2 == 0 {
-			timed(hold, &holdTimes, &holdTrips)
-			timed(floor, &floorTimes, &floorTrips)
-		} else {
-			timed(floor, &floorTimes, &floorTrips)
-			timed(hold, &holdTimes, &holdTrips)
+		for k := range ops {
+			if i%2 == 1 {
+				k = len(ops) - 1 - k
+			}
+			ops[k].time(b, trips)
 		}
 		i++
 	}
 	n := float64(b.N)
-	holdTime, floorTime := sum(holdTimes), sum(floorTimes)
-	b.ReportMetric(float64(holdTime.Nanoseconds())/n, "ns/op")
-	b.ReportMetric(float64(floorTime.Nanoseconds())/n, "floor-ns/op")
-	b.ReportMetric(float64(holdTime)/float64(floorTime), "ratio")
-	b.ReportMetric(float64(holdTrips)/n, "roundtrips/op")
-	b.ReportMetric(float64(floorTrips)/n, "floor-roundtrips/op")
-	holdMid, floorMid := median(holdTimes), median(floorTimes)
-	b.ReportMetric(float64(holdMid.Nanoseconds()), "p50-ns/op")
-	b.ReportMetric(float64(floorMid.Nanoseconds()), "floor-p50-ns/op")
-	b.ReportMetric(float64(holdMid)/float64(floorMid), "p50-ratio")
+	for _, op := range ops {
+		b.ReportMetric(float64(op.sum().Nanoseconds())/n, op.name+"ns/op")
+		b.ReportMetric(float64(op.median().Nanoseconds()), op.name+"p50-ns/op")
+		b.ReportMetric(float64(op.trips)/n, op.name+"roundtrips/op")
+	}
+	hold1, floor1, ctx1 := ops[0], ops[1], ops[2]
+	b.ReportMetric(float64(hold1.sum())/float64(floor1.sum()), "ratio")
+	b.ReportMetric(float64(hold1.median())/float64(floor1.median()), "p50-ratio")
+	b.ReportMetric(float64(hold1.sum())/float64(ctx1.sum()), "ctx-ratio")
+	b.ReportMetric(float64(hold1.median())/float64(ctx1.median()), "ctx-p50-ratio")
 }
 
-func sum(ds []time.Duration) time.Duration {
+// cycles is one kind of cycle of HoldUncontended, and its measures.
+type cycles struct {
+	name     string
+	run      func(ctx context.Context) error
+	deadline bool // run under a context with a deadline
+	times    []time.Duration
+	trips    int64
+}
+
+// time runs one cycle and counts its time and round trips.
+func (c *cycles) time(b *testing.B, trips func() int64) {
+	ctx := context.Background()
+	if c.deadline {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+	}
+	before := trips()
+	start := time.Now()
+	err := c.run(ctx)
+	c.times = append(c.times, time.Since(start))
+	c.trips += trips() - before
+	if err != nil {
+		b.Fatal(fmt.Errorf("%scycle: %w", c.name, err))
+	}
+}
+
+func (c *cycles) sum() time.Duration {
 	var t time.Duration
-	for _, d := range ds {
+	for _, d := range c.times {
 		t += d
 	}
 	return t
 }
 
-// median sorts ds and returns its middle one.
-func median(ds []time.Duration) time.Duration {
-	slices.Sort(ds)
-	return ds[len(ds)/2]
+// median sorts the cycle times and returns the middle one.
+func (c *cycles) median() time.Duration {
+	slices.Sort(c.times)
+	return c.times[len(c.times)/2]
 }
 
 // Trips returns a count of c's round trips so far, for HoldUncontended.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -386,9 +387,10 @@ func (k *keeper) look(batch []*waiter, own bool) {
 	}
 	var watch []*waiter
 	k.roundSize = len(batch)
+	step := lookStep{at: readClocks(), spread: rand.Float64()}
 	for i, w := range batch {
 		w.looking = false
-		if k.lookedLocked(w, results[i], starts[i], renewed[i]) {
+		if k.lookedLocked(w, results[i], starts[i], renewed[i], step) {
 			watch = append(watch, w)
 		}
 		if c := results[i].claim; c != nil && !w.done {
@@ -447,7 +449,7 @@ func (k *keeper) freshen(ctx context.Context, g Grant, start reading) (Grant, re
 // waiter still waiting (or back to the store if none is), a held key or a
 // storage error schedules the next look, anything else answers the
 // waiter. It reports whether w should start watching for releases.
-func (k *keeper) lookedLocked(w *waiter, r grantResult, start reading, renewal bool) (watch bool) {
+func (k *keeper) lookedLocked(w *waiter, r grantResult, start reading, renewal bool, step lookStep) (watch bool) {
 	gaveBack := w.gaveBack
 	w.got, w.gaveBack = nil, false
 	if k.stopped {
@@ -482,7 +484,7 @@ func (k *keeper) lookedLocked(w *waiter, r grantResult, start reading, renewal b
 		k.answerLocked(w, HoldResult{Key: w.key, Err: r.err})
 		return false
 	}
-	k.rescheduleLocked(w, r.err, time.Now())
+	k.rescheduleLocked(w, r.err, step)
 	return !w.watched && errors.Is(r.err, ErrHeld)
 }
 
@@ -571,19 +573,29 @@ func measureTTL(g Grant, sent, answered reading) (ttl time.Duration, ok bool) {
 	return ttl, ttl > 0
 }
 
+// lookStep is what the keys of one look count their next look from: the
+// reading taken as the look ended, and one jitter for all of them.
+type lookStep struct {
+	at     reading
+	spread float64 // in [0, 1): where in [backoff/2, backoff) the next look falls
+}
+
 // rescheduleLocked plans w's next look after a look that found err: when
 // the holder's grant runs out, or after a growing backoff for an early
 // release, whichever comes first; a watched key is looked at when the
-// store tells of a release, and rarely otherwise.
-func (k *keeper) rescheduleLocked(w *waiter, err error, now time.Time) {
-	wait := jitter(w.backoff)
+// store tells of a release, and rarely otherwise. The keys of one look
+// that wait alike stay in step (one reading, one jitter): their next look
+// is again one range of keys, which a takeover writes in a few pages of
+// SQLite's table rather than one page per key.
+func (k *keeper) rescheduleLocked(w *waiter, err error, step lookStep) {
+	wait := w.backoff/2 + time.Duration(step.spread*float64(w.backoff-w.backoff/2))
 	if w.watched {
 		wait = watchedPoll
 	}
 	if he := (*HeldError)(nil); errors.As(err, &he) && !he.ExpiresAt.IsZero() {
-		wait = min(wait, max(he.ExpiresAt.Sub(readClocks().wall), holdMinBackoff/2))
+		wait = min(wait, max(he.ExpiresAt.Sub(step.at.wall), holdMinBackoff/2))
 	}
-	w.due = now.Add(wait)
+	w.due = step.at.mono.Add(wait)
 	w.backoff = min(2*w.backoff, holdMaxBackoff)
 	k.looks.Set(w)
 }

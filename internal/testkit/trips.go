@@ -13,9 +13,11 @@ import (
 // batched or not. It passes PutMany and GetMany on when its Driver has
 // them, and otherwise does each write or read alone, counting one round
 // trip for each. It also counts the batched reads (GetMany calls: one per
-// round of Hold's waiting loop), the distinct keys read (every waiting
-// Hold's key once it has looked), and, when Chunk is set, what the same
-// calls cost a server that takes at most Chunk keys or writes a command.
+// round of Hold's waiting loop), the reads of session records (GetSession
+// calls: one per round that meets keys naming a session), the distinct
+// keys read (every waiting Hold's key once it has looked), and, when Chunk
+// is set, what the same calls cost a server that takes at most Chunk keys
+// or writes a command.
 type TripCounter struct {
 	lease.Driver
 	Chunk int // keys or writes a server takes in one command; 0: not counted
@@ -38,21 +40,22 @@ var (
 
 // Trips are a TripCounter's counts since its last Take.
 type Trips struct {
-	Trips   int           // storage round trips
-	Reads   int           // GetMany calls
-	Writes  int           // records written, by Put, PutMany or PutSession
-	Session int           // of which session records, by PutSession
-	Kills   int           // of which a session ended unclean: a taker's kill (R21)
-	Chunked int           // round trips of a server taking Chunk keys a command (0 when Chunk is 0)
-	Held    int           // calls that waited for a Resume before they started
-	Span    time.Duration // from the start of the first call to the end of the last
-	Busy    time.Duration // of which some call was in flight (Span less the gaps between calls)
+	Trips     int           // storage round trips
+	Reads     int           // GetMany calls
+	SessReads int           // GetSession calls
+	Writes    int           // records written, by Put, PutMany or PutSession
+	Session   int           // of which session records, by PutSession
+	Kills     int           // of which a session ended unclean: a taker's kill (R21)
+	Chunked   int           // round trips of a server taking Chunk keys a command (0 when Chunk is 0)
+	Held      int           // calls that waited for a Resume before they started
+	Span      time.Duration // from the start of the first call to the end of the last
+	Busy      time.Duration // of which some call was in flight (Span less the gaps between calls)
 }
 
 // Plus adds u to t.
 func (t Trips) Plus(u Trips) Trips {
-	return Trips{t.Trips + u.Trips, t.Reads + u.Reads, t.Writes + u.Writes, t.Session + u.Session, t.Kills + u.Kills,
-		t.Chunked + u.Chunked, t.Held + u.Held, t.Span + u.Span, t.Busy + u.Busy}
+	return Trips{t.Trips + u.Trips, t.Reads + u.Reads, t.SessReads + u.SessReads, t.Writes + u.Writes, t.Session + u.Session,
+		t.Kills + u.Kills, t.Chunked + u.Chunked, t.Held + u.Held, t.Span + u.Span, t.Busy + u.Busy}
 }
 
 // start counts one call of items keys or writes, trips round trips,
@@ -234,12 +237,15 @@ func (c *TripCounter) errNoSessions() error {
 	return fmt.Errorf("%w: the %s driver keeps no sessions", lease.ErrCorrupt, c.Driver.Name())
 }
 
-// GetSession counts one round trip and forwards.
+// GetSession counts one round trip and one session read, and forwards.
 func (c *TripCounter) GetSession(ctx context.Context, id string) (lease.SessionRecord, uint64, error) {
 	sd, ok := c.Driver.(lease.SessionDriver)
 	if !ok {
 		return lease.SessionRecord{}, 0, c.errNoSessions()
 	}
+	c.mu.Lock()
+	c.counts.SessReads++
+	c.mu.Unlock()
 	c.start(1, 1)
 	defer c.done()
 	return sd.GetSession(ctx, id)

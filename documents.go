@@ -40,9 +40,12 @@ type DocumentStore struct {
 	scratchMu sync.Mutex
 	scratch   []*batchScratch // kept for the next batched renewals
 
-	mu      sync.Mutex                // guards the four fields below
-	held    map[string]*heldGrant     // grants this instance holds, by key; an entry changes in place under s.mu (and its key's lock, but at a session's end): copy it under s.mu (entry)
-	pending map[string][]pendingWrite // writes whose outcome is still unknown (R9), by key, oldest first
+	mu   sync.Mutex            // guards the fields below
+	held map[string]*heldGrant // grants this instance holds, by key; an entry changes in place under s.mu (and its key's lock, but at a session's end): copy it under s.mu (entry)
+	// attached: the sessions that entries of held are attached to, each
+	// with its entries (storeSession.entries; setSessionLocked).
+	attached map[*storeSession]struct{}
+	pending  map[string][]pendingWrite // writes whose outcome is still unknown (R9), by key, oldest first
 	// unseen: releases whose Release returned an error but which a later
 	// read showed landed, by key; a retried Release of that grant succeeds.
 	unseen map[string]Grant
@@ -60,7 +63,7 @@ type heldGrant struct {
 	grant   Grant
 	version uint64
 	gone    bool
-	lock    *keyLock      // the key's lock, pinned while the entry is in the table; set once
+	lock    *keyLock      // the key's lock, pinned while the entry is in the table, for per-key renewals; nil when first written attached to a session (which renews no key); set once
 	sess    *storeSession // the session the key is attached to (R20); nil: kept per key
 }
 
@@ -88,6 +91,9 @@ func (s *DocumentStore) entry(key string) (heldGrant, bool) {
 // forgetLocked drops key's entry from the table. s.mu must be held.
 func (s *DocumentStore) forgetLocked(key string) {
 	if h, ok := s.held[key]; ok {
+		if h.sess != nil {
+			s.unattachLocked(h.sess)
+		}
 		h.gone = true
 		delete(s.held, key)
 		if h.lock != nil {
@@ -138,20 +144,21 @@ func NewDocumentStore(d Driver, opts ...Option) (*DocumentStore, error) {
 	}
 	closing, stopBG := context.WithCancel(context.Background())
 	return &DocumentStore{
-		sd:      sd,
-		sr:      sr,
-		sessMu:  newCtxMutex(),
-		closing: closing,
-		stopBG:  stopBG,
-		d:       d,
-		caps:    caps,
-		clock:   clock,
-		cfg:     cfg,
-		obs:     newObserver(cfg.observer, d.Name(), cfg.owner),
-		done:    make(chan struct{}),
-		held:    make(map[string]*heldGrant),
-		pending: make(map[string][]pendingWrite),
-		unseen:  make(map[string]Grant),
+		sd:       sd,
+		sr:       sr,
+		sessMu:   newCtxMutex(),
+		closing:  closing,
+		stopBG:   stopBG,
+		d:        d,
+		caps:     caps,
+		clock:    clock,
+		cfg:      cfg,
+		obs:      newObserver(cfg.observer, d.Name(), cfg.owner),
+		done:     make(chan struct{}),
+		held:     make(map[string]*heldGrant),
+		attached: make(map[*storeSession]struct{}),
+		pending:  make(map[string][]pendingWrite),
+		unseen:   make(map[string]Grant),
 	}, nil
 }
 
@@ -597,11 +604,16 @@ func (s *DocumentStore) commitLocked(g Grant, released bool, version uint64, ss 
 		if g.Owner != s.cfg.owner {
 			return // another owner's grant, renewed here, is not ours (R4c)
 		}
-		if h, ok := s.held[g.Key]; ok {
-			h.grant, h.version, h.sess = g, version, ss
-		} else {
-			s.held[g.Key] = &heldGrant{grant: g, version: version, lock: s.locks.pin(g.Key), sess: ss}
+		h, ok := s.held[g.Key]
+		if !ok {
+			h = &heldGrant{}
+			if ss == nil { // renewed per key: its lock spares each renewal a lookup
+				h.lock = s.locks.pin(g.Key)
+			}
+			s.held[g.Key] = h
 		}
+		h.grant, h.version = g, version
+		s.setSessionLocked(h, ss)
 		return
 	}
 	if h, ok := s.held[g.Key]; ok && h.grant.Owner == g.Owner && h.grant.Epoch == g.Epoch {

@@ -655,7 +655,7 @@ func (s *DocumentStore) ReleaseAll(ctx context.Context) error {
 // releaseSessions ends, each in one write, the sessions of the grants in
 // the table and the store's live session (R22).
 func (s *DocumentStore) releaseSessions(ctx context.Context) []error {
-	sessions, err := s.sessionsToEnd(ctx, s.heldEntries())
+	sessions, err := s.sessionsToEnd(ctx)
 	if err != nil {
 		return []error{err}
 	}
@@ -664,13 +664,7 @@ func (s *DocumentStore) releaseSessions(ctx context.Context) []error {
 		if err := s.waitAttached(ctx, ss); err != nil {
 			return append(errs, err)
 		}
-		var gs []Grant
-		for _, h := range s.heldEntries() { // with the keys the acquires just answered
-			if h.sess == ss {
-				gs = append(gs, h.grant)
-			}
-		}
-		if err := s.releaseSession(ctx, ss, gs); err != nil {
+		if err := s.releaseSession(ctx, ss); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -732,17 +726,6 @@ func (s *DocumentStore) releaseEach(ctx context.Context, grants []Grant) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// heldEntries returns copies of the table's entries.
-func (s *DocumentStore) heldEntries() []heldGrant {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	entries := make([]heldGrant, 0, len(s.held))
-	for _, h := range s.held {
-		entries = append(entries, *h)
-	}
-	return entries
 }
 
 // heldGrants returns the grants in the table, in key order.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,18 @@ type storeSession struct {
 	detached  bool          // ReleaseAll is ending it: no acquire joins it any more
 	attaching int           // acquires writing keys that name it
 	idle      chan struct{} // closed when attaching drops to 0 after ending began; nil otherwise
+
+	// Guarded by its store's mu: the table's entries attached to it, in
+	// the order they were attached (about the order they were made in,
+	// and so in memory: its end walks them several times faster than the
+	// table's map order); an entry since forgotten or attached elsewhere
+	// stays until a compaction (attachedTo tells).
+	entries  []*heldGrant
+	attached int // how many of entries are attached to it
+
+	// heldsEnded: the keeper ended every Held of it together (ReleaseAll,
+	// or its lapse): a grant attached to it never makes a Held again.
+	heldsEnded atomic.Bool
 }
 
 // expiresAt is the session's expiry as this store last wrote it: the
@@ -609,21 +622,81 @@ func (s *DocumentStore) renewInSession(ctx context.Context, g Grant, ss *storeSe
 	return g, nil
 }
 
+// attachedTo reports whether the table's entry h is attached to ss.
+func (h *heldGrant) attachedTo(ss *storeSession) bool { return !h.gone && h.sess == ss }
+
+// setSessionLocked attaches the table's entry h to ss (nil: kept per
+// key), keeping each session's entries. s.mu must be held.
+func (s *DocumentStore) setSessionLocked(h *heldGrant, ss *storeSession) {
+	if h.sess == ss {
+		return
+	}
+	if h.sess != nil {
+		s.unattachLocked(h.sess)
+	}
+	h.sess = ss
+	if ss == nil {
+		return
+	}
+	if ss.attached < len(ss.entries)/2 {
+		ss.entries = slices.DeleteFunc(ss.entries, func(e *heldGrant) bool { return !e.attachedTo(ss) })
+	}
+	ss.entries = append(ss.entries, h)
+	if ss.attached++; ss.attached == 1 {
+		s.attached[ss] = struct{}{}
+	}
+}
+
+// unattachLocked counts one entry of ss fewer: it was forgotten or
+// attached elsewhere. s.mu must be held.
+func (s *DocumentStore) unattachLocked(ss *storeSession) {
+	if ss.attached--; ss.attached == 0 {
+		s.dropAttachedLocked(ss)
+	}
+}
+
+// dropAttachedLocked forgets that entries are attached to ss, once none
+// is. s.mu must be held.
+func (s *DocumentStore) dropAttachedLocked(ss *storeSession) {
+	ss.entries, ss.attached = nil, 0
+	delete(s.attached, ss)
+}
+
 // forgetSession drops from the table every grant attached to ss, which
-// ended: its keys are free or taken.
-func (s *DocumentStore) forgetSession(ss *storeSession) {
+// ended: its keys are free or taken. When the store is observed it
+// returns those grants, for their events; else nil.
+func (s *DocumentStore) forgetSession(ss *storeSession) []Grant {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for key, h := range s.held {
-		if h.sess == ss {
-			s.forgetLocked(key)
+	whole := ss.attached == len(s.held) // every entry is of ss
+	var gone []Grant
+	var locks []*keyLock
+	for _, h := range ss.entries {
+		if !h.attachedTo(ss) {
+			continue
+		}
+		if s.obs != nil {
+			gone = append(gone, h.grant)
+		}
+		h.gone = true
+		if !whole {
+			delete(s.held, h.grant.Key)
+		}
+		if h.lock != nil {
+			locks = append(locks, h.lock)
 		}
 	}
+	if whole {
+		clear(s.held) // one clear, not a delete per key
+	}
+	s.dropAttachedLocked(ss)
+	s.locks.unpinEach(locks) // under s.mu, as forgetLocked: a new entry of the key pins after
+	return gone
 }
 
 // sessionsToEnd returns the sessions ReleaseAll ends (R22): the store's
 // own, and any other that a grant in the table is attached to.
-func (s *DocumentStore) sessionsToEnd(ctx context.Context, entries []heldGrant) ([]*storeSession, error) {
+func (s *DocumentStore) sessionsToEnd(ctx context.Context) ([]*storeSession, error) {
 	var out []*storeSession
 	if err := s.sessMu.lock(ctx); err != nil {
 		return nil, err // a session start is in flight, past ctx
@@ -632,46 +705,53 @@ func (s *DocumentStore) sessionsToEnd(ctx context.Context, entries []heldGrant) 
 		out = append(out, s.sess)
 	}
 	s.sessMu.unlock()
-	for _, h := range entries {
-		if h.sess != nil && !slices.Contains(out, h.sess) {
-			out = append(out, h.sess)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ss := range s.attached {
+		if !slices.Contains(out, ss) {
+			out = append(out, ss)
 		}
 	}
 	return out, nil
 }
 
-// releaseSession ends ss clean for ReleaseAll, in one write, after the
-// Helds of its grants gs have ended (R17, R22).
-func (s *DocumentStore) releaseSession(ctx context.Context, ss *storeSession, gs []Grant) error {
+// releaseSession ends ss clean for ReleaseAll, in one write, after every
+// Held of it has ended (R17, R22): whatever the number of its keys, their
+// Helds end in one call, and the table drops them in one pass.
+func (s *DocumentStore) releaseSession(ctx context.Context, ss *storeSession) error {
 	if mutant == mutantSessionEndFirst {
-		defer s.holds.giveUp(gs...)
+		defer s.holds.giveUpSession(ss)
 	} else {
-		s.holds.giveUp(gs...) // their Helds end before their keys are free (R17)
+		s.holds.giveUpSession(ss) // their Helds end before their keys are free (R17)
 	}
 	switch err := s.endSession(ctx, ss); {
 	case errors.Is(err, ErrLost):
 		// Another store ended the session: its keys are free, but each
 		// one nobody took yet is still this store's to release (R7).
-		s.detachSession(ss)
-		return s.releaseEach(ctx, gs)
+		return s.releaseEach(ctx, s.detachSession(ss))
 	case err != nil:
 		return err // the grants stay: ReleaseAll again finishes the job (R13)
 	}
-	s.forgetSession(ss)
-	for _, g := range gs {
+	for _, g := range s.forgetSession(ss) {
 		s.obs.released(g, true, nil)
 	}
 	return nil
 }
 
 // detachSession makes the table's grants of ss, which another store
-// ended, grants kept per key: each is released or lost on its own.
-func (s *DocumentStore) detachSession(ss *storeSession) {
+// ended, grants kept per key: each is released or lost on its own. It
+// returns them in key order, as releaseEach locks keys.
+func (s *DocumentStore) detachSession(ss *storeSession) []Grant {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, h := range s.held {
-		if h.sess == ss {
+	gs := make([]Grant, 0, ss.attached)
+	for _, h := range ss.entries {
+		if h.attachedTo(ss) {
 			h.grant.ExpiresAt, h.sess = ss.expiresAt(), nil
+			gs = append(gs, h.grant)
 		}
 	}
+	s.dropAttachedLocked(ss)
+	s.mu.Unlock()
+	slices.SortFunc(gs, func(a, b Grant) int { return strings.Compare(a.Key, b.Key) })
+	return gs
 }

@@ -18,14 +18,18 @@ import (
 // giving up (settling: the store holds it until the write lands), at once
 // (ownHeldError); a look's
 // grant goes to its key's first waiter (grantedLocked), never to a second
-// Held of the key nor as a grant a Held had already (spent); the
-// FailIfHeld waiters behind a new Held are answered (failQueuedLocked).
+// Held of the key nor as a grant a Held had already (spentLocked: the
+// key's spent grant, or any grant attached to a session whose Helds
+// ended together); the FailIfHeld waiters behind a new Held are answered
+// (failQueuedLocked).
 //
 // R17, the ways a grant is given up:
 //   - Held.Release (release): giveUp ends the Held, the store's Release
 //     writes, and settled reports the write;
 //   - a bare Release or ReleaseAll on the store: the store calls
-//     keeperSlot.giveUp (giveUpGrants) before its write;
+//     keeperSlot.giveUp (giveUpGrants) before its write; ReleaseAll of a
+//     session calls keeperSlot.giveUpSession, which ends every Held of
+//     the session in one pass (endSessionLocked, holdsession.go);
 //   - a grant no Held will have (its waiter left, its Hold failed, a Held
 //     has the key already, or a Held had that grant): giveBackLocked
 //     releases it with a context of its own, as soon as the look's answer
@@ -35,7 +39,8 @@ import (
 //
 // Close gives nothing up (R15): keeper.close ends every Held and leaves
 // the grants to expire. A Held that ends for any reason goes through
-// endLocked; while a write that gives a key's grant up is in flight
+// endLocked, or with all of its session's (endWithSessionLocked); while
+// a write that gives a key's grant up is in flight
 // (settling), the key's waiters do not look.
 
 // ownHeldError is the *HeldError a FailIfHeld Hold gets for a key that a
@@ -53,7 +58,7 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, ss *storeSession, start readi
 	if w.gone {
 		k.dequeueLocked(w)
 	}
-	if sp, ok := k.spent[key]; ok && sp.Owner == g.Owner && g.Epoch <= sp.Epoch {
+	if k.spentLocked(g, ss) {
 		k.giveBackLocked(g)
 		k.retryLocked(key, holdMinBackoff)
 		return
@@ -97,6 +102,18 @@ func (k *keeper) grantedLocked(w *waiter, g Grant, ss *storeSession, start readi
 	}
 }
 
+// spentLocked reports whether g, attached to ss (nil: kept per key), is
+// a grant that a Held of this store had already: its key's spent grant or
+// an older one, or one of a session whose Helds all ended (heldsEnded),
+// which stands for the spent grant of each of its keys.
+func (k *keeper) spentLocked(g Grant, ss *storeSession) bool {
+	if ss != nil && ss.heldsEnded.Load() {
+		return true
+	}
+	sp, ok := k.spent[g.Key]
+	return ok && sp.Owner == g.Owner && g.Epoch <= sp.Epoch
+}
+
 // failQueuedLocked answers the FailIfHeld waiters of key now that h holds it.
 func (k *keeper) failQueuedLocked(key string, h *Held) {
 	for _, o := range slices.Clone(k.queues[key]) {
@@ -131,9 +148,27 @@ func (k *keeper) lose(h *Held, cause error) {
 }
 
 // releasedCause is why a Held ends when its grant is given up.
-func releasedCause(g Grant) error {
-	return fmt.Errorf("%w: %q epoch %d was released", ErrLost, g.Key, g.Epoch)
+func releasedCause(g Grant) error { return &endedError{key: g.Key, epoch: g.Epoch} }
+
+// endedError is why a Held ended: its grant was given up (why is nil), or
+// why, which matches ErrLost. It matches ErrLost and unwraps to why. Its
+// text is made when it is read, not when the Held ends: a session's end
+// ends every Held of it at once, and most causes are never read.
+type endedError struct {
+	key   string
+	epoch uint64
+	why   error
 }
+
+func (e *endedError) Error() string {
+	if e.why == nil {
+		return fmt.Sprintf("%v: %q epoch %d was released", ErrLost, e.key, e.epoch)
+	}
+	return fmt.Sprintf("%v: %q epoch %d: %s", ErrLost, e.key, e.epoch, oneLine(e.why))
+}
+
+func (e *endedError) Is(target error) bool { return target == ErrLost }
+func (e *endedError) Unwrap() error        { return e.why }
 
 // closedCause is why a Held ends when its store closes (R15).
 func closedCause(g Grant) error {
@@ -209,6 +244,18 @@ func (ks *keeperSlot) giveUp(gs ...Grant) {
 	if k := ks.current(); k != nil {
 		k.giveUpGrants(gs)
 	}
+}
+
+// giveUpSession ends every Held of ss, whose keys the store is about to
+// free with one write (ReleaseAll, R22), before that write (R17).
+func (ks *keeperSlot) giveUpSession(ss *storeSession) {
+	k := ks.current()
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.endSessionLocked(ss, nil)
 }
 
 // giveUpGrants ends the Helds of gs, which the store is about to give up.

@@ -170,7 +170,7 @@ type Held struct {
 
 	// Guarded by k.mu: the loop's schedule for this Held.
 	round    *round        // its next renewal and deadline (holdloop.go); nil: none
-	slot     int           // its index in round.members
+	slot     int           // its index in round.members, or in sr.helds (it is in one at most)
 	retry    time.Duration // the wait before the next retry of a failed renewal
 	renewErr error         // the last failed renewal's error, nil after a success
 	renewing bool          // a renewal of it is in flight

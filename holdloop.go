@@ -288,7 +288,7 @@ func (k *keeper) nextWakeLocked(now time.Time) time.Time {
 		if mutant != mutantNoDeadline && len(sr.margins) > 0 {
 			next = earliest(next, sr.deadline(most(sr.margins)))
 		}
-		if !sr.renewing && len(sr.helds) > 0 {
+		if !sr.renewing && sr.live > 0 {
 			next = earliest(next, sr.due)
 		}
 	}

@@ -38,10 +38,11 @@ import (
 // A Store that wraps another and implements Unwrapper is kept through the
 // innermost store it wraps.
 //
-// The stores call the keeper through their keeperSlot only, at three
-// points: giveUp before a bare Release or ReleaseAll writes (R17, in
-// giveup.go), lost when the store finds a grant lost by itself, and close,
-// first in Close (R15).
+// The stores call the keeper through their keeperSlot only: giveUp before
+// a bare Release or ReleaseAll writes, giveUpSession before ReleaseAll
+// ends a session (R17, in giveup.go), lost when the store finds a grant
+// lost by itself, sessionEnded when it finds its session over (R19), and
+// close, first in Close (R15).
 // keptStore is a store that keeps its keeper in a keeperSlot.
 type keptStore interface {
 	Store

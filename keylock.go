@@ -9,10 +9,12 @@ import (
 // its table and the storage it mirrors change together. Calls on different
 // keys do not wait for each other.
 //
-// A key's lock stays in m while the store's table holds the key (pinned),
-// and the table's entry keeps a pointer to it, so that renewing thousands
-// of held keys every period neither adds nor deletes map entries nor, with
-// the entry at hand, looks them up.
+// A key's lock stays in m while the store's table holds the key kept per
+// key (pinned), and the table's entry keeps a pointer to it, so that
+// renewing thousands of held keys every period neither adds nor deletes
+// map entries nor, with the entry at hand, looks them up. A key attached
+// to a session is renewed with its session, not on its own: its lock is
+// not pinned.
 type keyLocks struct {
 	mu   sync.Mutex          // guards m, free and every keyLock's refs, key and pinned
 	m    map[string]*keyLock // present while some call holds or waits for the key, or it is pinned
@@ -143,6 +145,16 @@ func (k *keyLocks) unpin(l *keyLock) {
 	defer k.mu.Unlock()
 	l.pinned = false
 	k.dropIfUnusedLocked(l.key, l)
+}
+
+// unpinEach undoes pin for each of ls, under one lock.
+func (k *keyLocks) unpinEach(ls []*keyLock) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, l := range ls {
+		l.pinned = false
+		k.dropIfUnusedLocked(l.key, l)
+	}
 }
 
 // unlockEach gives back the locks of keys[i] for each i of at, which

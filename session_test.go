@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -21,6 +22,7 @@ type sessionCounter struct {
 	keyWrites     int
 	sessionWrites []SessionRecord // every session write that landed, in order
 	down          bool
+	failEnd       bool                // writes that end a session clean fail
 	perKey        time.Duration       // how long each key of a call takes (a slow database)
 	onPut         func(Record)        // called before a key write, without d.mu
 	onPutSession  func(SessionRecord) // called before a session write, without d.mu
@@ -42,6 +44,8 @@ func (d *sessionCounter) failing() error {
 }
 
 func (d *sessionCounter) setDown(down bool) { d.mu.Lock(); d.down = down; d.mu.Unlock() }
+
+func (d *sessionCounter) setFailEnd(fail bool) { d.mu.Lock(); d.failEnd = fail; d.mu.Unlock() }
 
 func (d *sessionCounter) counts() (keys int, sessions []SessionRecord) {
 	d.mu.Lock()
@@ -113,8 +117,11 @@ func (d *sessionCounter) PutSession(ctx context.Context, rec SessionRecord, pre 
 		return 0, err
 	}
 	d.mu.Lock()
-	hook := d.onPutSession
+	hook, failEnd := d.onPutSession, d.failEnd
 	d.mu.Unlock()
+	if failEnd && rec.State == SessionEndedClean {
+		return 0, errDown
+	}
 	if hook != nil {
 		hook(rec)
 	}
@@ -334,6 +341,13 @@ func TestR22ReleaseAllIsOneWrite(t *testing.T) {
 		if liveAtEnd > 0 {
 			t.Fatalf("%d Helds still live when the session's end was written (R17)", liveAtEnd)
 		}
+		for _, h := range hs {
+			g, cause := h.Grant(), context.Cause(h.Context())
+			want := fmt.Sprintf("lease: lease lost: %q epoch %d was released", g.Key, g.Epoch)
+			if !errors.Is(cause, ErrLost) || cause.Error() != want {
+				t.Fatalf("cause of %s's Held after ReleaseAll = %v; want %q, matching ErrLost", g.Key, cause, want)
+			}
+		}
 		bob := loopStore(t, d, "bob")
 		for _, key := range keys {
 			g, err := bob.Acquire(t.Context(), key)
@@ -348,6 +362,92 @@ func TestR22ReleaseAllIsOneWrite(t *testing.T) {
 			t.Fatalf("a Hold after ReleaseAll attached its key to session %q; want a new one (ended: %s)", rec.Session, sessions[0].ID)
 		}
 		h.Release(t.Context())
+	})
+}
+
+// TestR16NoHeldFromAGivenUpSession: when the write that ends ReleaseAll's
+// session fails, its keys stay attached to it in the table (ReleaseAll
+// again finishes the job, R13) while their Helds have ended (R17). A Hold
+// of one of them must not get the grant that an ended Held had: it gets
+// one of its own, with a new epoch (R16).
+func TestR16NoHeldFromAGivenUpSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		s := loopStore(t, d, "alice")
+		hs := holdAll(t, s, []string{"a", "b"})
+		d.setFailEnd(true)
+		if err := s.ReleaseAll(t.Context()); err == nil {
+			t.Fatal("ReleaseAll = nil with its session's end failing; want its error")
+		}
+		for _, h := range hs {
+			wantStopped(t, h)
+		}
+		d.setFailEnd(false)
+		h := mustHold(t, s, "a")
+		if g := h.Grant(); g.Epoch <= hs[0].Grant().Epoch {
+			t.Fatalf("Hold after a failed ReleaseAll got epoch %d, the ended Held's was %d; want a grant of its own (R16)",
+				g.Epoch, hs[0].Grant().Epoch)
+		}
+		if err := s.ReleaseAll(t.Context()); err != nil {
+			t.Fatalf("ReleaseAll again = %v; want it to finish the job (R13)", err)
+		}
+		if rec, _, _ := d.memoryDriver.Get(t.Context(), "b"); rec.Released {
+			return // released per key
+		} else if sess, _, err := d.memoryDriver.GetSession(t.Context(), rec.Session); err != nil || sess.State != SessionEndedClean {
+			t.Fatalf("b after ReleaseAll again: %+v in session %+v, %v; want it free", rec, sess, err)
+		}
+	})
+}
+
+// TestR17NoHeldWhileItsSessionEnds: a Hold of a key whose session
+// ReleaseAll is ending, made while the write that ends it is in flight,
+// finds the key attached to that session in its store's table (R4c). It
+// must not get that grant, whose Held has ended: the write would free the
+// key under a live Held (R17). It gets a grant of its own, a new epoch.
+func TestR17NoHeldWhileItsSessionEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newSessionCounter()
+		s := loopStore(t, d, "alice")
+		hs := holdAll(t, s, []string{"a", "b"})
+		type result struct {
+			h     *Held
+			epoch uint64 // its epoch when the session's end was written
+			err   error
+		}
+		got := make(chan result, 1)
+		var atEnd result
+		d.onPutSession = func(rec SessionRecord) {
+			if rec.State != SessionEndedClean || got == nil {
+				return
+			}
+			ch := got
+			got = nil
+			go func() {
+				h, err := Hold(t.Context(), s, "a")
+				ch <- result{h: h, err: err}
+			}()
+			time.Sleep(time.Second) // the Hold's look is answered, and its Held made if it gets one
+			select {
+			case atEnd = <-ch:
+				if atEnd.h != nil && atEnd.h.Context().Err() == nil {
+					atEnd.epoch = atEnd.h.Grant().Epoch
+				}
+			default:
+				t.Error("the Hold of a key this store was releasing got no answer in a second")
+			}
+		}
+		if err := s.ReleaseAll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if atEnd.err != nil {
+			t.Fatalf("Hold during ReleaseAll = %v", atEnd.err)
+		}
+		if old := hs[0].Grant().Epoch; atEnd.epoch == old {
+			t.Fatalf("a Held of the ended Held's grant (epoch %d) was live when the write ending its session was sent (R17)", old)
+		}
+		if atEnd.h != nil {
+			atEnd.h.Release(t.Context())
+		}
 	})
 }
 
@@ -510,6 +610,12 @@ func TestR19RenewalAfterAKillLoses(t *testing.T) {
 		time.Sleep(holdTTL / 2) // alice's next renewal comes and fails
 		for _, h := range hs {
 			wantStopped(t, h)
+			g, cause := h.Grant(), context.Cause(h.Context())
+			var over *sessionOverError
+			if !errors.Is(cause, errSessionTaken) || !errors.As(cause, &over) ||
+				!strings.HasPrefix(cause.Error(), fmt.Sprintf("lease: lease lost: %q epoch %d: session ", g.Key, g.Epoch)) {
+				t.Errorf("cause of %s's Held after its session was killed = %v; want one naming the key, its epoch and the session, matching errSessionTaken", g.Key, cause)
+			}
 		}
 		rec, _, _ := d.memoryDriver.Get(t.Context(), "b")
 		sess, _, err := d.memoryDriver.GetSession(t.Context(), rec.Session)

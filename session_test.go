@@ -580,7 +580,8 @@ func TestR22SweepRemovesOnlyOldUnnamedSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Release(ctx)
-	s.Close() // waits for the sweep
+	s.bg.Wait() // the sweep, started with the session; Close would cancel one not yet begun
+	s.Close()
 	for name, rec := range sessions {
 		_, _, err := d.GetSession(ctx, rec.ID)
 		if gone := errors.Is(err, ErrNotFound); gone != (name == "old") {

@@ -356,6 +356,24 @@ func (s *LocalStore) Release(ctx context.Context, g Grant) error {
 }
 
 func (s *LocalStore) release(ctx context.Context, g Grant) error {
+	return s.giveUpKey(ctx, "release", g, "", time.Time{})
+}
+
+// placesOn reports that the local store can hand a key off (R25): its
+// records keep a reserved next owner.
+func (s *LocalStore) placesOn() bool { return true }
+
+// handoff releases g reserved for owner until a TTL from now (R25), in
+// the one write that releases it: only a store of owner takes the key
+// until then. Local grants never expire; the bound is WithTTL's, or
+// DefaultTTL.
+func (s *LocalStore) handoff(ctx context.Context, g Grant, owner string) error {
+	return s.giveUpKey(ctx, "handoff", g, owner, s.cfg.now().Add(s.cfg.ttl))
+}
+
+// giveUpKey writes g's record released, reserved for next until until
+// when next is not "" (a hand-off), durably, and then gives up the flock.
+func (s *LocalStore) giveUpKey(ctx context.Context, op string, g Grant, next string, until time.Time) error {
 	unlock, err := s.begin(ctx, g.Key)
 	if err != nil {
 		return err
@@ -373,40 +391,12 @@ func (s *LocalStore) release(ctx context.Context, g Grant) error {
 		s.drop(g.Key, h)
 		return lost(g.Key, g.Epoch)
 	}
-	if err := s.write(h, h.seq+1, h.grant, true); err != nil {
-		return s.storageErr("release", g.Key, err)
+	rec := localfs.Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, Released: true, Next: next}
+	if next != "" {
+		rec.Until = until.UnixNano()
 	}
-	s.drop(g.Key, h)
-	return nil
-}
-
-// placesOn reports that the local store can hand a key off (R25): its
-// records keep a reserved next owner.
-func (s *LocalStore) placesOn() bool { return true }
-
-// handoff releases g reserved for owner until a TTL from now (R25), in
-// the one write that releases it: only a store of owner takes the key
-// until then. Local grants never expire; the bound is WithTTL's, or
-// DefaultTTL.
-func (s *LocalStore) handoff(ctx context.Context, g Grant, owner string) error {
-	unlock, err := s.begin(ctx, g.Key)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	s.holds.giveUp(g) // its Held ends before the key can pass on (R17)
-	h := s.heldLock(g.Key)
-	if h == nil || h.grant.Owner != g.Owner || h.grant.Epoch != g.Epoch {
-		return lost(g.Key, g.Epoch)
-	}
-	if !s.stillLinked(g.Key, h) {
-		s.drop(g.Key, h)
-		return lost(g.Key, g.Epoch)
-	}
-	until := s.cfg.now().Add(s.cfg.ttl)
-	rec := localfs.Record{Key: g.Key, Owner: g.Owner, Epoch: g.Epoch, Released: true, Next: owner, Until: until.UnixNano()}
 	if err := s.writeSlot(h, h.seq+1, rec); err != nil {
-		return s.storageErr("handoff", g.Key, err)
+		return s.storageErr(op, g.Key, err)
 	}
 	s.drop(g.Key, h)
 	return nil
